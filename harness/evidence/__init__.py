@@ -1,0 +1,1 @@
+"""The evidence spine: strict reading, canonical writing, chained logs, trees, locks, time, money."""

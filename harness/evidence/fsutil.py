@@ -1,0 +1,63 @@
+"""Durable file writes: temp file, fsync, rename, fsync the folder."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from harness.errors import Refusal
+
+__all__ = ["atomic_write", "ensure_private_dir", "fsync_dir"]
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a folder so that a created or renamed entry in it survives a crash."""
+    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
+    """Replace `path` with `data` so a reader sees the old bytes or the new, never a mix."""
+    target = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(folder, f".{os.path.basename(target)}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(folder)
+
+
+def ensure_private_dir(path: str | os.PathLike[str]) -> str:
+    """Create `path` (and parents) with mode 0700; refuse a non-folder or a link in its place."""
+    target = os.fspath(path)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(parent):
+            ensure_private_dir(parent)
+        try:
+            os.mkdir(target, 0o700)
+        except FileExistsError:
+            pass
+        else:
+            fsync_dir(parent)
+        st = os.lstat(target)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refusal("state_dir_invalid", "expected a private folder, found something else", target)
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(target, 0o700)
+    return target

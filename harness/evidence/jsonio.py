@@ -1,0 +1,213 @@
+"""Strict reading of saved inputs and canonical JSON writing.
+
+Every reader in proctor goes through here: read the file once, hash those
+bytes, decode the same bytes. Bad input is a named `Refusal` carrying the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.errors import Refusal
+
+MAX_DEPTH: Final = 64
+"""Deepest nesting of arrays and objects a saved JSON input may have."""
+
+MAX_BYTES: Final = 64 * 1024 * 1024
+"""Largest saved input read by default (64 MiB)."""
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "Loaded",
+    "canonical_bytes",
+    "canonical_line",
+    "loads_strict",
+    "read_bytes",
+    "read_json",
+    "sha256_hex",
+]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A decoded input with the sha256 of exactly the bytes it was decoded from."""
+
+    value: Any
+    sha256: str
+    raw: bytes
+
+
+def sha256_hex(data: bytes) -> str:
+    """The sha256 hex digest of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """Canonical JSON: sorted keys, compact separators, UTF-8, no NaN or Infinity."""
+    try:
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise Refusal("non_finite_number", f"cannot write a non-finite number: {exc}") from exc
+    return text.encode("utf-8")
+
+
+def canonical_line(obj: Any) -> bytes:
+    """Canonical JSON followed by one newline."""
+    return canonical_bytes(obj) + b"\n"
+
+
+def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> bytes:
+    """Read a regular file once, without ever blocking on a FIFO or device.
+
+    A link is followed to a regular file; a dangling link, a folder, a FIFO,
+    a device or a socket is a named refusal.
+    """
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise Refusal("dangling_link", f"link points to nothing: {os.readlink(p)!r}", p) from None
+        raise Refusal("file_missing", "no such file", p) from None
+    except IsADirectoryError:
+        raise Refusal("not_a_regular_file", "a folder, not a file", p) from None
+    except PermissionError:
+        raise Refusal("file_unreadable", "permission denied", p) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refusal("link_loop", "too many levels of links", p) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO without a writer in some modes
+            raise Refusal("not_a_regular_file", "a socket or unopenable special file", p) from None
+        raise Refusal("file_unreadable", exc.strerror or str(exc), p) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refusal("not_a_regular_file", f"a {_kind(st.st_mode)}, not a regular file", p)
+        if st.st_size > max_bytes:
+            raise Refusal("file_too_large", f"{st.st_size} bytes, limit {max_bytes}", p)
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_bytes:
+                raise Refusal("file_too_large", f"more than {max_bytes} bytes", p)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
+def _pairs_no_duplicates(path: str | None) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise Refusal("json_duplicate_key", f"duplicate key {key!r}", path)
+            out[key] = value
+        return out
+
+    return hook
+
+
+def _refuse_constant(path: str | None) -> Any:
+    def hook(name: str) -> Any:
+        raise Refusal("json_non_finite", f"{name} is not allowed", path)
+
+    return hook
+
+
+def _check_depth(value: Any, max_depth: int, path: str | None) -> None:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > max_depth:
+            raise Refusal("json_too_deep", f"nesting deeper than {max_depth}", path)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _finite_floats(path: str | None) -> Any:
+    def hook(text: str) -> float:
+        number = float(text)
+        if not math.isfinite(number):  # 1e400 overflows to infinity
+            raise Refusal("json_non_finite", f"number {text} is not finite", path)
+        return number
+
+    return hook
+
+
+def loads_strict(
+    data: bytes,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    max_depth: int = MAX_DEPTH,
+    expect_object: bool = True,
+) -> Any:
+    """Decode strict UTF-8 JSON bytes, refusing duplicates, NaN/Infinity and deep nesting."""
+    where = None if path is None else os.fspath(path)
+    try:
+        text = data.decode("utf-8", "strict")
+    except UnicodeDecodeError as exc:
+        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", where) from None
+    if text.startswith("\ufeff"):
+        raise Refusal("invalid_json", "a byte-order mark is not JSON", where)
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_pairs_no_duplicates(where),
+            parse_constant=_refuse_constant(where),
+            parse_float=_finite_floats(where),
+        )
+    except RecursionError:
+        raise Refusal("json_too_deep", f"nesting deeper than {max_depth}", where) from None
+    except json.JSONDecodeError as exc:
+        raise Refusal("invalid_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}", where) from None
+    except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+        raise Refusal("invalid_json", str(exc), where) from None
+    _check_depth(value, max_depth, where)
+    if expect_object and not isinstance(value, dict):
+        raise Refusal("json_not_object", f"expected an object, found {type(value).__name__}", where)
+    return value
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    expect_object: bool = True,
+    max_bytes: int = MAX_BYTES,
+    max_depth: int = MAX_DEPTH,
+) -> Loaded:
+    """Read, hash and strictly decode one JSON file."""
+    raw = read_bytes(path, max_bytes=max_bytes)
+    value = loads_strict(raw, path=path, max_depth=max_depth, expect_object=expect_object)
+    return Loaded(value=value, sha256=sha256_hex(raw), raw=raw)

@@ -1,0 +1,38 @@
+"""Money: strict cost parsing and exact sums."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from harness.errors import Refusal
+
+__all__ = ["parse_cost", "sum_costs"]
+
+
+def parse_cost(value: Any, *, field: str = "cost", path: str | os.PathLike[str] | None = None) -> float:
+    """A cost: a finite, non-negative JSON number; never a bool, string or null."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Refusal("invalid_cost", f"{field} must be a number, found {type(value).__name__}", path)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise Refusal("invalid_cost", f"{field} is too large", path) from None
+    if not math.isfinite(number):
+        raise Refusal("invalid_cost", f"{field} must be finite", path)
+    if number < 0:
+        raise Refusal("invalid_cost", f"{field} must not be negative", path)
+    return number
+
+
+def sum_costs(values: Iterable[float], *, path: str | os.PathLike[str] | None = None) -> float:
+    """The exact (correctly rounded) sum of costs; an overflow to infinity is refused."""
+    try:
+        total = math.fsum(values)
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total):
+        raise Refusal("cost_overflow", "the sum of costs overflows", path)
+    return total
