@@ -57,4 +57,8 @@ def _path_text(path: str | os.PathLike[str] | os.PathLike[bytes] | bytes) -> str
     raw = os.fspath(path)
     if isinstance(raw, bytes):
         return raw.decode("utf-8", "backslashreplace")
-    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    try:
+        data = raw.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate outside the surrogateescape range, e.g. from JSON
+        return raw.encode("utf-8", "backslashreplace").decode("utf-8")
+    return data.decode("utf-8", "backslashreplace")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -24,7 +25,11 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
     tmp = os.path.join(folder, f".{os.path.basename(target)}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    # A temp file left by a crashed process with the same pid must not be reused:
+    # it keeps its old mode, and it may be a link or a hard link to another file.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         view = memoryview(data)
         while view:
@@ -42,10 +47,11 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600
 
 def ensure_private_dir(path: str | os.PathLike[str]) -> str:
     """Create `path` (and parents) with mode 0700; refuse a non-folder or a link in its place."""
-    target = os.fspath(path)
+    # Without the trailing slash: lstat("link/") would follow the link.
+    target = os.fspath(path).rstrip(os.sep) or os.sep
     try:
         st = os.lstat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: a parent is a file, refused below
         parent = os.path.dirname(os.path.abspath(target))
         if not os.path.isdir(parent):
             ensure_private_dir(parent)

@@ -55,8 +55,11 @@ def canonical_bytes(obj: Any) -> bytes:
     try:
         text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except ValueError as exc:
-        raise Refusal("non_finite_number", f"cannot write a non-finite number: {exc}") from exc
-    return text.encode("utf-8")
+        raise Refusal("json_non_finite", f"cannot write a non-finite number: {exc}") from exc
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate, e.g. decoded from a "\\ud800" escape
+        raise Refusal("invalid_utf8", f"a lone surrogate cannot be written as UTF-8 at {exc.start}") from None
 
 
 def canonical_line(obj: Any) -> bytes:

@@ -24,14 +24,14 @@ def parse_cost(value: Any, *, field: str = "cost", path: str | os.PathLike[str] 
         raise Refusal("invalid_cost", f"{field} must be finite", path)
     if number < 0:
         raise Refusal("invalid_cost", f"{field} must not be negative", path)
-    return number
+    return number + 0.0  # -0.0 becomes 0.0
 
 
 def sum_costs(values: Iterable[float], *, path: str | os.PathLike[str] | None = None) -> float:
     """The exact (correctly rounded) sum of costs; an overflow to infinity is refused."""
     try:
         total = math.fsum(values)
-    except OverflowError:
+    except (OverflowError, ValueError):  # ValueError: inf + -inf
         total = math.inf
     if not math.isfinite(total):
         raise Refusal("cost_overflow", "the sum of costs overflows", path)
