@@ -1,0 +1,5 @@
+"""Merge closed integer intervals."""
+
+from intervals.merge import merge
+
+__all__ = ["merge"]

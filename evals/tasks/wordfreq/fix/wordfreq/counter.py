@@ -1,0 +1,33 @@
+"""Word counting: split text into words and tally them."""
+
+import string
+from collections import Counter
+
+
+def words(text: str) -> list[str]:
+    """Return the words of ``text`` in order, case-folded, without edge punctuation.
+
+    Text is split on whitespace; punctuation is stripped from both ends of each
+    piece (so "don't" keeps its apostrophe) and pieces left empty are dropped.
+    """
+    found = []
+    for piece in text.split():
+        word = piece.strip(string.punctuation).casefold()
+        if word:
+            found.append(word)
+    return found
+
+
+def count_words(text: str) -> dict[str, int]:
+    """Return a mapping from each word to the number of times it occurs."""
+    return dict(Counter(words(text)))
+
+
+def top_words(text: str, n: int) -> list[tuple[str, int]]:
+    """Return the ``n`` most frequent words as (word, count) pairs.
+
+    Higher counts come first; words with the same count are in alphabetical order.
+    """
+    counts = count_words(text)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ranked[:n]
