@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:xdist tests/bench -s
+	$(BIN)/python -m pytest -q -p no:xdist -o python_files='bench_*.py' tests/bench -s
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests
