@@ -1,0 +1,1 @@
+"""The gated path: one coding task from a task file to an accepted, receipted result."""

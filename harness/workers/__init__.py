@@ -1,0 +1,1 @@
+"""Worker processes: process groups, timeouts, escaped descendants."""

@@ -1,0 +1,194 @@
+"""Run a child in its own process group with a deadline, and find what outlives it.
+
+proctor makes itself a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so a
+descendant that escapes the group with `setsid()` and is orphaned is
+re-parented to proctor instead of init: after the child exits, every
+descendant still alive is a detached payload, recorded and killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ProcessResult", "become_subreaper", "descendants", "run_group"]
+
+_PR_SET_CHILD_SUBREAPER = 36
+_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How a child run ended and what it left behind."""
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    started: float
+    ended: float
+    cpu_s: float
+    detached_pids: tuple[int, ...] = field(default=())
+    tracking: bool = True
+
+    @property
+    def duration_s(self) -> float:
+        return self.ended - self.started
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "timed_out": self.timed_out,
+            "duration_s": round(self.duration_s, 6),
+            "cpu_s": round(self.cpu_s, 6),
+            "detached_pids": list(self.detached_pids),
+            "process_tracking": self.tracking,
+        }
+
+
+_subreaper: bool | None = None
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (once); False where unsupported."""
+    global _subreaper
+    if _subreaper is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            _subreaper = False
+    return _subreaper
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgid) for every live process in /proc."""
+    table: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if fields and fields[0] != b"Z":  # zombies are dead already
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendants(root: int, table: Mapping[int, tuple[int, int]] | None = None) -> set[int]:
+    """Every live process below `root` in the parent tree."""
+    table = _proc_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def _reap(pids: set[int], within_s: float = 2.0) -> None:
+    """Collect the exit status of killed processes that were re-parented to us."""
+    deadline = time.monotonic() + within_s
+    waiting = set(pids)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not our child: init or its own parent reaps it
+                done = pid
+            if done:
+                waiting.discard(pid)
+        if waiting:
+            time.sleep(0.01)
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def run_group(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout_s: float,
+    output_path: str,
+    on_start: Callable[[int], None] | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> ProcessResult:
+    """Run `argv` in a new session, output to `output_path`, kill the group at the deadline.
+
+    Every descendant still alive when the child has ended is killed and
+    returned in `detached_pids`.
+    """
+    tracking = become_subreaper()
+    before_children = descendants(os.getpid())
+    usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(output_path, "wb") as out:
+        started = time.time()
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        if on_start is not None:
+            on_start(proc.pid)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        ended = time.time()
+    table = _proc_table()
+    left = {pid for pid, (_, pgid) in table.items() if pgid == proc.pid}
+    left |= descendants(os.getpid(), table) - before_children - {proc.pid}
+    _killpg(proc.pid, signal.SIGKILL)
+    _kill(left)
+    _reap(left)
+    usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage_after.ru_utime - usage_before.ru_utime) + (usage_after.ru_stime - usage_before.ru_stime)
+    code = proc.returncode
+    return ProcessResult(
+        exit_code=code if code is not None and code >= 0 else None,
+        signal=-code if code is not None and code < 0 else None,
+        timed_out=timed_out,
+        started=started,
+        ended=ended,
+        cpu_s=cpu,
+        detached_pids=tuple(sorted(left)),
+        tracking=tracking,
+    )
