@@ -144,3 +144,25 @@ def test_lock_is_released_when_holder_is_killed(tmp_path: Path) -> None:
     # The kernel dropped the lock with the process: no stale lock.
     with InvocationLock(path):
         assert path.read_text() == f"{os.getpid()}\n"
+
+
+def test_lock_holder_names_the_holding_process_without_taking_the_lock(tmp_path: Path) -> None:
+    from harness.evidence.lock import lock_holder
+
+    path = tmp_path / "held.lock"
+    assert lock_holder(path) is None
+    code = (
+        "import sys, time\n"
+        "from harness.evidence.lock import InvocationLock\n"
+        f"lock = InvocationLock({str(path)!r}); lock.acquire()\n"
+        "print('held', flush=True); time.sleep(30)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        assert lock_holder(path) == child.pid
+        assert lock_holder(path) == child.pid  # looking twice never took it
+    finally:
+        child.kill()
+        child.wait()
+    assert lock_holder(path) is None

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from harness.errors import Refusal
 
-__all__ = ["InvocationLock"]
+__all__ = ["InvocationLock", "lock_holder"]
 
 
 class InvocationLock:
@@ -58,3 +58,41 @@ class InvocationLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def lock_holder(path: str | os.PathLike[str]) -> int | None:
+    """The pid holding the lock at `path`, or None when it is free; never takes the lock.
+
+    Read from the kernel's `/proc/locks` (matched by device and inode), so
+    looking does not make a concurrent invocation fail. Where `/proc/locks`
+    cannot be read, the pid written in the file counts while it is alive.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            table = fh.read()
+    except OSError:
+        return _written_pid_if_alive(path)
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields:  # a waiter, not a holder
+            continue
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key:
+            return int(fields[4])
+    return None
+
+
+def _written_pid_if_alive(path: str | os.PathLike[str]) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            pid = int(fh.read(64).strip() or 0)
+        if pid > 0:
+            os.kill(pid, 0)
+            return pid
+    except (OSError, ValueError):
+        pass
+    return None

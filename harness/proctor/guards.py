@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import pkgutil
 import posixpath
+import re
 import stat
 import sys
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 
 from harness.evidence.jsonio import sha256_hex
 from harness.evidence.tree import TreeEntry, display_path
@@ -90,16 +91,40 @@ def _module_name(path: bytes, entry: TreeEntry, current: Mapping[bytes, TreeEntr
     return None
 
 
-def _installed_modules() -> set[str]:
-    """Top-level modules on this interpreter's own path (not its current folder).
+def _canonical_dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
-    The verifier's `-m` module imports its dependencies (pytest: `_pytest`,
-    `pluggy`, `iniconfig`, plugins) from here; a workspace module of the same
-    name comes first on sys.path and would run in their place.
+
+def _verifier_dependencies(modules: set[str]) -> set[str]:
+    """Top-level modules the verifier's `-m` modules import from this interpreter's installs.
+
+    The distributions providing `modules`, pytest's plugins (`pytest11` entry
+    points, loaded at start) and everything they require: a workspace module
+    named like one of them (`pluggy.py`, `_pytest/`) comes first on sys.path
+    and would run in its place. The project's own installed package is not
+    among them unless the verifier itself requires it.
     """
-    here = os.path.realpath(os.getcwd())
-    paths = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
-    return {m.name for m in pkgutil.iter_modules(paths)}
+    owners = metadata.packages_distributions()
+    todo = [d for m in modules for d in owners.get(m, [])]
+    if "pytest" in modules:
+        todo += [ep.dist.name for ep in metadata.entry_points(group="pytest11") if ep.dist is not None]
+    seen: set[str] = set()
+    while todo:
+        name = _canonical_dist(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if "extra" in req.partition(";")[2]:
+                continue
+            found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if found:
+                todo.append(found.group(1))
+    return {top for top, dists in owners.items() if any(_canonical_dist(d) in seen for d in dists)}
 
 
 def _verifier_modules(argv: Sequence[str]) -> set[str]:
@@ -115,9 +140,10 @@ def module_shadows(
     current: Mapping[bytes, TreeEntry],
     verifier_argv: Sequence[str],
 ) -> list[str]:
-    """New or changed workspace modules named like the verifier's `-m` module, the standard library
-    or an installed top-level module (what the verifier itself imports)."""
-    protected = set(sys.stdlib_module_names) | _verifier_modules(verifier_argv) | _installed_modules()
+    """New or changed workspace modules named like the verifier's `-m` module, what it imports
+    from its installed distribution and requirements, or the standard library."""
+    modules = _verifier_modules(verifier_argv)
+    protected = set(sys.stdlib_module_names) | modules | _verifier_dependencies(modules)
     roots = _import_roots(current)
     found = []
     for path, entry in sorted(current.items()):

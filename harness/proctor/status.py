@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import read_json
+from harness.evidence.lock import lock_holder
 from harness.proctor.gate import Gate, gated
 from harness.proctor.state import refuse_nested
 
@@ -15,17 +16,6 @@ __all__ = ["HEARTBEAT_STALE_S", "acknowledge", "status"]
 
 HEARTBEAT_STALE_S = 300.0
 """A heartbeat older than this (or than the task's timeout, if shorter) is `stale`."""
-
-
-def _lock_free(gate: Gate) -> bool:
-    """True when no proctor invocation holds this workspace's lock."""
-    lock = gate.state.lock()
-    try:
-        lock.acquire()
-    except Refusal:
-        return False
-    lock.release()
-    return True
 
 
 def _open_dispatches(gate: Gate) -> dict[str, dict[str, Any]]:
@@ -38,12 +28,21 @@ def _open_dispatches(gate: Gate) -> dict[str, dict[str, Any]]:
     return opened
 
 
-def _orphans(gate: Gate, opened: dict[str, dict[str, Any]]) -> list[str]:
-    """Open dispatches whose proctor is gone (nobody holds the lock), not yet acknowledged."""
-    if not opened or not _lock_free(gate):
+def _lock_holder(gate: Gate) -> int | None:
+    """The pid of the invocation holding this workspace's lock, or None when it is free."""
+    return lock_holder(gate.state.path("invocation.lock"))
+
+
+def _orphans(gate: Gate, opened: dict[str, dict[str, Any]], holder: int | None) -> list[str]:
+    """Open dispatches whose proctor is gone (it does not hold the lock), not yet acknowledged.
+
+    While another invocation holds the lock, a dispatch started by a different
+    proctor is still an orphan.
+    """
+    if not opened:
         return []
     acked = {e["dispatch_id"] for e in gate.events if e["event"] == "ack"}
-    return [d for d in opened if d not in acked]
+    return [d for d, e in opened.items() if d not in acked and e.get("proctor_pid") != holder]
 
 
 def _heartbeat(start: dict[str, Any], now: float, stale_after: float) -> dict[str, Any]:
@@ -64,8 +63,10 @@ def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
         now = time.time()
         budget = gate.task.budget
         opened = _open_dispatches(gate)
-        orphans = _orphans(gate, opened)
-        running = {d: e for d, e in opened.items() if d not in orphans and not _lock_free(gate)}
+        holder = _lock_holder(gate)
+        orphans = _orphans(gate, opened, holder)
+        acked = {e["dispatch_id"] for e in gate.events if e["event"] == "ack"}
+        running = {} if holder is None else {d: e for d, e in opened.items() if d not in orphans and d not in acked}
         stale_after = min(HEARTBEAT_STALE_S, budget.timeout_s)
         progress = {d: _heartbeat(e, now, stale_after) for d, e in opened.items()}
         last_t = float(gate.events[-1]["t"]) if gate.events else 0.0
