@@ -1,0 +1,1 @@
+"""Metering: what every provider exchange cost, from the wire rather than anyone's say-so."""

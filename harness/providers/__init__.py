@@ -1,0 +1,1 @@
+"""Provider adapters: exact request bytes, parsed responses, errors as data, one httpx transport."""
