@@ -1,0 +1,135 @@
+"""OpenAI Chat Completions, which every OpenAI-compatible server speaks (vLLM, llama.cpp, Ollama, ...).
+
+Request: `POST {base_url}/chat/completions`, `Authorization: Bearer <key>`,
+canonical JSON with exactly these fields:
+
+- `model`, `messages`: a system message only when `settings.system` is set,
+  then one user message with the prompt.
+- `max_tokens` from `max_output_tokens`: the field OpenAI-compatible servers
+  (llama.cpp, vLLM, Ollama, DeepSeek, Together) all read. OpenAI's own
+  reasoning models (o-series, gpt-5) refuse it and want
+  `max_completion_tokens` (a 400 -> `bad_request`); use the Responses shape
+  for those, or leave `max_output_tokens` unset.
+- `temperature` (0..2), `top_p` (0..1), `seed`: only when set.
+- `reasoning_effort`: passed through as OpenAI's own enum (`none`, `minimal`,
+  `low`, `medium`, `high`, `xhigh`); the server decides which a model takes.
+
+Response: text is `choices[0].message.content`; the finish reason is the
+provider's own `finish_reason` string; `content_filter` or a `refusal` in the
+message is `content_filter` (text and usage kept: the tokens were billed).
+The request id is the body's `id`, else the `x-request-id` header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from harness.meter.usage import usage_from_response
+from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
+from harness.providers.common import (
+    check_model,
+    decode_json,
+    failure,
+    header,
+    lower_headers,
+    make_request,
+    refuse_unsupported,
+    string_or_none,
+    url_base,
+    valid_settings,
+)
+from harness.providers.errors import error_response
+
+__all__ = ["API_SHAPE", "REASONING_EFFORTS", "build_request", "parse_response"]
+
+API_SHAPE: Final = "openai_chat"
+REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def build_request(model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
+    """The exact Chat Completions request for one user message."""
+    s = valid_settings(API_SHAPE, settings, max_temperature=2.0)
+    messages: list[dict[str, Any]] = []
+    if s.system is not None:
+        messages.append({"role": "system", "content": s.system})
+    messages.append({"role": "user", "content": prompt})
+    body: dict[str, Any] = {"model": check_model(model), "messages": messages}
+    if s.max_output_tokens is not None:
+        body["max_tokens"] = s.max_output_tokens
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    if s.top_p is not None:
+        body["top_p"] = s.top_p
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if s.reasoning_effort is not None:
+        if s.reasoning_effort not in REASONING_EFFORTS:
+            raise refuse_unsupported(API_SHAPE, "reasoning_effort", f"one of {', '.join(REASONING_EFFORTS)}")
+        body["reasoning_effort"] = s.reasoning_effort
+    url = f"{url_base(base_url)}/chat/completions"
+    return make_request(API_SHAPE, model, url, body, (), "Authorization", "Bearer ")
+
+
+def _text(content: Any) -> tuple[str | None, bool]:
+    """(the message text, whether the content had a shape we can read)."""
+    if content is None or isinstance(content, str):
+        return content, True
+    if isinstance(content, list):  # some compatible servers return content parts
+        parts: list[str] = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                return None, False
+            if part.get("type") == "text":
+                if not isinstance(part.get("text"), str):
+                    return None, False
+                parts.append(part["text"])
+        return "".join(parts), True
+    return None, False
+
+
+def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> ParsedResponse:
+    """Read a raw Chat Completions response; errors come back as data, never raised."""
+    h = lower_headers(headers)
+    body, why = decode_json(raw)
+    obj = body if isinstance(body, Mapping) else {}
+    request_id = string_or_none(obj.get("id")) or header(h, "x-request-id")
+    model = string_or_none(obj.get("model"))
+    if not 200 <= status < 300 or (obj.get("error") is not None and "choices" not in obj):
+        return error_response(API_SHAPE, status, raw if why else body, request_id=request_id, model_snapshot=model)
+    if why is not None:
+        return failure("malformed_response", why, request_id=request_id)
+    if not isinstance(body, Mapping):
+        return failure("malformed_response", "response body is not a JSON object", request_id=request_id)
+    usage = usage_from_response(API_SHAPE, body)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return failure(
+            "malformed_response", "response has no choices", request_id=request_id, model_snapshot=model, usage=usage
+        )
+    choice = choices[0]
+    message = choice.get("message")
+    finish = choice.get("finish_reason")
+    text, readable = _text(message.get("content")) if isinstance(message, Mapping) else (None, False)
+    if not readable or not (finish is None or isinstance(finish, str)):
+        return failure(
+            "malformed_response",
+            "choices[0] has no readable message or finish_reason",
+            request_id=request_id,
+            model_snapshot=model,
+            usage=usage,
+        )
+    assert isinstance(message, Mapping)
+    refusal = message.get("refusal")
+    if finish == "content_filter" or (isinstance(refusal, str) and refusal):
+        why_filtered = f"refusal: {refusal}" if isinstance(refusal, str) and refusal else "finish_reason content_filter"
+        return failure(
+            "content_filter",
+            why_filtered,
+            text=text,
+            finish_reason=finish,
+            model_snapshot=model,
+            request_id=request_id,
+            usage=usage,
+        )
+    return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
