@@ -1,0 +1,499 @@
+"""The metering proxy: forwards a client's provider traffic and records every exchange.
+
+An agent CLI pointed at the proxy talks to its provider as before, and the
+proxy writes one wire record per exchange (`harness.meter.wire`), so the
+agent's cost is metered from the wire rather than from its own report.
+
+Routing: a request for `<path>` is sent to `<upstream origin><path>`: the path
+is forwarded verbatim. A client's base URL is therefore the proxy origin plus
+the upstream's path prefix; `ProxyHandle.url` is exactly that (upstream
+`https://api.openai.com/v1` -> client base URL `http://127.0.0.1:P/v1`).
+
+What is forwarded: the method, the body byte for byte, and every header
+except hop-by-hop headers, Host and Content-Length (recomputed), with
+`Accept-Encoding: identity` so the recorded body is readable. Credentials
+(Authorization, x-api-key, x-goog-api-key, api-key) are forwarded, never
+recorded: a wire record holds no headers, a `?key=` in the URL is redacted, and
+a credential value an upstream echoes (in an error body, a request id) is
+replaced by REDACTED in the record, which then says `redacted: true`.
+What comes back: the upstream's status, reason, headers (minus hop-by-hop,
+with a correct Content-Length) and body unchanged. A non-streamed response is
+recorded *before* it is delivered; if recording fails the client gets a 502
+(`wire_record_failed`) instead, so no unrecorded answer reaches it. A streamed
+response (`"stream": true`, `:streamGenerateContent`, or `text/event-stream`)
+is relayed chunk by chunk as it arrives and recorded when it ends. An
+unreachable upstream is a 502 (a timeout a 504) with an OpenAI-shaped error
+body, recorded with `status: null` and `error_code` transport (timeout).
+
+The proxy listens on loopback only, HTTP/1.1 with keep-alive, and never retries
+or follows redirects. It changes no request: an OpenAI chat stream reports its
+usage only when the client asked for it (`stream_options.include_usage`), and
+meters as unknown otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+
+from harness.errors import Refusal
+from harness.evidence.chain import verify_log
+from harness.evidence.clock import Clock
+from harness.evidence.fsutil import atomic_write
+from harness.meter.exchange import (
+    SECRET_QUERY_KEYS,
+    api_shape_for_path,
+    model_from_request,
+    redact_url,
+    request_streams,
+)
+from harness.meter.wire import WireLog, wire_seed
+
+__all__ = ["ProxyHandle", "serve_proxy", "start_proxy"]
+
+HOP_BY_HOP: Final = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})
+CREDENTIAL_HEADERS: Final = frozenset({
+    "authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization", "cookie",
+})
+"""Headers whose values are credentials: forwarded (except proxy ones), never recorded, and
+scrubbed from any recorded bytes that echo them."""
+MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
+_DEFAULT_TIMEOUT_S: Final = 600.0
+_CLOSE_WAIT_S: Final = 30.0
+
+
+def _error_body(message: str, code: str) -> bytes:
+    """An OpenAI-shaped error body, which every OpenAI-compatible client can read."""
+    return json.dumps({"error": {"message": message, "type": "proxy_error", "code": code}}).encode("utf-8")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], upstream: str, wire: WireLog, client: httpx.Client) -> None:
+        self.upstream_origin = upstream
+        self.wire = wire
+        self.client = client
+        self.clock = Clock()
+        self.cond = threading.Condition()
+        self.inflight = 0
+        self.closing = False
+        self.exchanges = 0
+        self.failures = 0
+        self.conns: set[socket.socket] = set()
+        super().__init__(address, _Handler)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[bool]:
+        """Count an exchange in flight; yields False when the proxy is closing."""
+        with self.cond:
+            if self.closing:
+                yield False
+                return
+            self.inflight += 1
+        try:
+            yield True
+        finally:
+            with self.cond:
+                self.inflight -= 1
+                self.cond.notify_all()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line on stderr instead of socketserver's traceback."""
+        exc = sys.exc_info()[1]
+        sys.stderr.write(f"proctor wire proxy: a connection failed: {type(exc).__name__}\n")
+
+    def record(self, **kwargs: Any) -> bool:
+        """Append one wire record; on failure count it and say so on stderr (never a secret)."""
+        try:
+            self.wire.append_raw(via="proxy", **kwargs)
+        except (Refusal, OSError) as exc:
+            with self.cond:
+                self.failures += 1
+            sys.stderr.write(f"proctor wire proxy: could not record an exchange: {exc}\n")
+            return False
+        with self.cond:
+            self.exchanges += 1
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the wire log is the record."""
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.cond:
+            self.server.conns.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.cond:
+            self.server.conns.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    # ---- the request
+
+    def _local_error(self, status: int, message: str, code: str) -> None:
+        body = _error_body(message, code)
+        with contextlib.suppress(OSError):  # the client may have gone already
+            self.send_response_only(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+    def _read_body(self) -> bytes | None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts: list[bytes] = []
+            total = 0
+            while True:
+                size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                total += size
+                if total > MAX_REQUEST_BYTES:
+                    return None
+                parts.append(self.rfile.read(size))
+                self.rfile.readline(8)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0 or length > MAX_REQUEST_BYTES:
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _upstream_headers(self) -> list[tuple[str, str]]:
+        listed = {t.strip().lower() for t in self.headers.get("Connection", "").split(",")}
+        drop = HOP_BY_HOP | listed | {"host", "content-length", "accept-encoding", "expect"}
+        out = [(k, v) for k, v in self.headers.items() if k.lower() not in drop]
+        out.append(("Accept-Encoding", "identity"))
+        return out
+
+    def _secrets(self) -> list[str]:
+        """The credential values this request carries (headers and `?key=`-style query values)."""
+        found: list[str] = []
+        for key, value in self.headers.items():
+            if key.lower() in CREDENTIAL_HEADERS:
+                found.append(value.strip())
+                found.extend(part for part in value.split() if len(part) >= 8)
+        query = urlsplit(self.path).query
+        found.extend(v for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() in SECRET_QUERY_KEYS)
+        return found
+
+    def _forward(self) -> None:
+        with self.server.busy() as open_:
+            if not open_:
+                self.close_connection = True
+                self._local_error(503, "the metering proxy is shutting down", "proxy_closing")
+                return
+            if not self.path.startswith("/"):
+                self.close_connection = True
+                self._local_error(400, "only origin-form request paths are proxied", "proxy_bad_path")
+                return
+            try:
+                body = self._read_body()
+            except ValueError:
+                body = None
+            if body is None:
+                self.close_connection = True
+                self._local_error(413, f"request body over {MAX_REQUEST_BYTES} bytes or malformed", "proxy_bad_body")
+                return
+            self._exchange(body)
+
+    def _exchange(self, body: bytes) -> None:
+        srv = self.server
+        method, path = self.command, self.path
+        url = srv.upstream_origin + path
+        shape = api_shape_for_path(method, path)
+        model = model_from_request(path, body)
+        asked_stream = request_streams(shape, url, body)
+        meta: dict[str, Any] = {
+            "api_shape": shape, "model": model, "url": url, "request_body": body, "method": method,
+            "secrets": self._secrets(),
+        }
+        started, t0 = srv.clock.now(), time.monotonic()
+        try:
+            request = srv.client.build_request(method, url, headers=self._upstream_headers(), content=body)
+            response = srv.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            timeout = isinstance(exc, httpx.TimeoutException)
+            ended, latency = srv.clock.now(), time.monotonic() - t0
+            srv.record(**meta, status=None, response_raw=b"", started=started, ended=ended, latency_s=latency,
+                       stream=asked_stream, error_code="timeout" if timeout else "transport")
+            message = f"upstream {redact_url(url)} {'timed out' if timeout else 'unreachable'}: {type(exc).__name__}"
+            self._local_error(504 if timeout else 502, message, "upstream_timeout" if timeout else "upstream_unreachable")
+            return
+        try:
+            ctype = response.headers.get("content-type", "").lower()
+            no_body = method == "HEAD" or response.status_code in (204, 304) or response.status_code < 200
+            if not no_body and (asked_stream or ctype.startswith("text/event-stream")):
+                self._relay_stream(response, meta, started, t0)
+            else:
+                self._relay_whole(response, meta, started, t0, no_body, asked_stream)
+        finally:
+            response.close()
+
+    def _send_head(self, response: httpx.Response, *, length: int | None, chunked: bool, keep_length: bool) -> None:
+        self.send_response_only(response.status_code, response.reason_phrase or None)
+        listed = {t.strip().lower() for t in response.headers.get("connection", "").split(",")}
+        for raw_key, raw_value in response.headers.raw:
+            key = raw_key.decode("latin-1")
+            low = key.lower()
+            if low in HOP_BY_HOP or low in listed or (low == "content-length" and not keep_length):
+                continue
+            self.send_header(key, raw_value.decode("latin-1"))
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _relay_whole(
+        self, response: httpx.Response, meta: dict[str, Any], started: float, t0: float, no_body: bool, stream: bool
+    ) -> None:
+        srv = self.server
+        error: str | None = None
+        parts: list[bytes] = []
+        try:
+            if not no_body:
+                parts.extend(response.iter_raw())
+        except httpx.HTTPError as exc:
+            error = "timeout" if isinstance(exc, httpx.TimeoutException) else "transport"
+        raw = b"".join(parts)
+        ended, latency = srv.clock.now(), time.monotonic() - t0
+        recorded = srv.record(**meta, status=response.status_code, response_raw=raw, started=started, ended=ended,
+                              latency_s=latency, stream=stream, response_headers=dict(response.headers),
+                              error_code=error)
+        if error is not None:
+            self.close_connection = True
+            self._local_error(502, "the upstream response broke off", "upstream_broken")
+            return
+        if not recorded:
+            self._local_error(502, "the metering proxy could not record this exchange", "wire_record_failed")
+            return
+        with contextlib.suppress(OSError):  # the client may have gone; the exchange is recorded
+            if no_body:
+                self._send_head(response, length=None, chunked=False, keep_length=self.command == "HEAD")
+                return
+            self._send_head(response, length=len(raw), chunked=False, keep_length=False)
+            self.wfile.write(raw)
+
+    def _relay_stream(self, response: httpx.Response, meta: dict[str, Any], started: float, t0: float) -> None:
+        srv = self.server
+        chunked = self.request_version == "HTTP/1.1"
+        if not chunked:
+            self.close_connection = True  # HTTP/1.0: the end of the body is the end of the connection
+        parts: list[bytes] = []
+        error: str | None = None
+        client_ok = True
+        try:
+            self._send_head(response, length=None, chunked=chunked, keep_length=False)
+        except OSError:
+            client_ok, error = False, "transport"
+        try:
+            for chunk in response.iter_raw():
+                if not chunk:
+                    continue
+                parts.append(chunk)
+                if not client_ok:
+                    break  # the client went away: stop reading (the provider may still bill)
+                try:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+                except OSError:
+                    client_ok, error = False, "transport"
+                    break
+        except httpx.HTTPError as exc:
+            error = "timeout" if isinstance(exc, httpx.TimeoutException) else "transport"
+        if client_ok and error is None and chunked:
+            with contextlib.suppress(OSError):
+                self.wfile.write(b"0\r\n\r\n")
+        if error is not None:
+            self.close_connection = True
+        ended, latency = srv.clock.now(), time.monotonic() - t0
+        srv.record(**meta, status=response.status_code, response_raw=b"".join(parts), started=started, ended=ended,
+                   latency_s=latency, stream=True, response_headers=dict(response.headers), error_code=error)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward
+
+
+@dataclass
+class ProxyHandle:
+    """A running proxy: `url` is the base URL for clients (origin plus the upstream's path prefix)."""
+
+    url: str
+    origin: str
+    port: int
+    upstream: str
+    out: str
+    name: str
+    _server: _Server = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def exchanges(self) -> int:
+        """Exchanges recorded so far."""
+        return self._server.exchanges
+
+    @property
+    def failures(self) -> int:
+        """Exchanges that could not be recorded."""
+        return self._server.failures
+
+    def close(self, wait_s: float = _CLOSE_WAIT_S) -> dict[str, Any]:
+        """Stop accepting, let exchanges in flight finish (up to `wait_s`), then close every connection."""
+        srv = self._server
+        if not self._closed:
+            self._closed = True
+            with srv.cond:
+                srv.closing = True
+            srv.shutdown()
+            deadline = time.monotonic() + wait_s
+            with srv.cond:
+                while srv.inflight and time.monotonic() < deadline:
+                    srv.cond.wait(0.1)
+                conns = list(srv.conns)
+            for conn in conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            srv.server_close()
+            self._thread.join(5)
+            srv.client.close()
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """What the proxy did, JSON-safe."""
+        return {
+            "url": self.url, "origin": self.origin, "port": self.port, "upstream": self.upstream,
+            "out": self.out, "name": self.name, "seed": wire_seed(self.name),
+            "exchanges": self.exchanges, "record_failures": self.failures,
+        }
+
+    def __enter__(self) -> ProxyHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_upstream(upstream: str) -> tuple[str, str]:
+    """(origin, path prefix) of an upstream base URL, or a refusal."""
+    parts = urlsplit(upstream)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise Refusal("proxy_upstream_invalid", f"upstream must be an http(s) URL, not {redact_url(upstream)!r}")
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        raise Refusal("proxy_upstream_invalid", "upstream must carry no user info, query or fragment (credentials go in headers)")
+    return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/")
+
+
+def _check_host(host: str) -> None:
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise Refusal("proxy_not_loopback", f"the proxy listens on loopback only, not {host!r}")
+
+
+def _check_out(out: str, name: str) -> None:
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise Refusal("folder_missing", "the wire log's folder does not exist", out)
+    if os.path.lexists(out):
+        status = verify_log(out, wire_seed(name))
+        if status.problem is not None:
+            code = "log_torn_tail" if status.problem.kind == "torn_tail" else "log_broken"
+            raise Refusal(code, status.problem.message, out, line=status.problem.line, kind=status.problem.kind)
+
+
+def start_proxy(
+    upstream: str, out: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
+    name: str = "proxy", timeout_s: float = _DEFAULT_TIMEOUT_S,
+) -> ProxyHandle:
+    """Start a metering proxy in a background thread; `close()` it when done.
+
+    Args:
+        upstream: the provider's base URL (e.g. `https://api.openai.com/v1`).
+        out: the wire log to append to (created on the first exchange).
+        port: the loopback port (0: any free port; read `ProxyHandle.port`).
+        name: the wire log's name (its seed is `proctor-wire:<name>`).
+        timeout_s: the upstream read/write timeout (generous: models think).
+    """
+    origin, prefix = _check_upstream(upstream)
+    _check_host(host)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise Refusal("proxy_port_unavailable", f"port {port!r} is not in 0-65535")
+    out_path = os.fspath(out)
+    _check_out(out_path, name)
+    client = httpx.Client(
+        timeout=httpx.Timeout(timeout_s, connect=30.0), follow_redirects=False, trust_env=False,
+        limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+    )
+    for default in ("user-agent", "accept"):  # send only what the client sent
+        del client.headers[default]
+    try:
+        server = _Server((host, port), origin, WireLog(out_path, name), client)
+    except OSError as exc:
+        client.close()
+        raise Refusal("proxy_port_unavailable", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound = int(server.server_address[1])
+    shown = f"[{host}]" if ":" in host else host
+    proxy_origin = f"http://{shown}:{bound}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="proctor-wire-proxy", daemon=True)
+    thread.start()
+    return ProxyHandle(proxy_origin + prefix, proxy_origin, bound, upstream, out_path, name, server, thread)
+
+
+def serve_proxy(
+    upstream: str, out: str, port: int, *, host: str = "127.0.0.1", ready_file: str | None = None,
+    name: str = "proxy", on_ready: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run the proxy in the foreground until SIGTERM or SIGINT; returns its summary.
+
+    `on_ready` is called with the ready information once the proxy listens
+    (after the ready file, if any, was written).
+    """
+    if ready_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(ready_file))):
+        raise Refusal("folder_missing", "the ready file's folder does not exist", ready_file)
+    handle = start_proxy(upstream, out, port, host=host, name=name)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if ready_file is not None:
+            ready = {**handle.summary(), "pid": os.getpid()}
+            atomic_write(ready_file, (json.dumps(ready, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
+        if on_ready is not None:
+            on_ready({**handle.summary(), "pid": os.getpid()})
+        while not stop.wait(0.2):
+            pass
+    finally:
+        summary = handle.close()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    return {"ok": summary["record_failures"] == 0, **summary}
