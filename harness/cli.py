@@ -52,6 +52,11 @@ def _init(args: argparse.Namespace) -> dict[str, Any]:
 def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
     from harness.proctor.dispatch import dispatch
 
+    if args.model is not None:
+        return dispatch(
+            args.workspace, args.task, None, args.state_dir,
+            model=args.model, catalog_path=args.catalog, pricing_path=args.pricing,
+        )
     return dispatch(args.workspace, args.task, args.worker_argv, args.state_dir)
 
 
@@ -87,6 +92,37 @@ def _journal(args: argparse.Namespace) -> dict[str, Any]:
     return journal_tail(args.workspace, args.state_dir, args.tail)
 
 
+def _catalog(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.catalog import describe_catalog
+
+    return describe_catalog(args.catalog, args.pricing)
+
+
+def _record(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.proctor.record import record_task
+
+    return record_task(
+        args.workspace, args.task, args.wire or (), args.pricing, args.catalog, args.state_dir
+    )
+
+
+def _delegate(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.evidence.jsonio import read_bytes
+    from harness.proctor.delegate import delegate
+
+    if args.task_file is not None:
+        try:
+            text = read_bytes(args.task_file, max_bytes=4 * 1024 * 1024).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.task_file) from None
+    else:
+        text = args.task_text
+    return delegate(
+        args.workspace, text, model=args.model, command=args.worker_argv if args.command else None,
+        write=args.write, resume_from=args.resume_from, catalog_path=args.catalog, timeout_s=args.timeout,
+    )
+
+
 def _ledger_verify(args: argparse.Namespace) -> dict[str, Any]:
     from harness.evidence.chain import verify_log
 
@@ -101,6 +137,75 @@ def _ledger_repair(args: argparse.Namespace) -> dict[str, Any]:
     if seed is None:
         raise Refusal("log_seed_unknown", "an empty or seedless log: give --seed", args.path)
     return {"ok": True, **ChainedLog(args.path, seed).repair()}
+
+
+def _sim_serve(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.providers.sim import build_service, serve
+
+    service = build_service(args.systems, answers=args.answers, tasks=args.tasks, seed=args.seed)
+
+    def ready(info: dict[str, Any]) -> None:
+        if args.json:
+            _print_json(info)
+        else:
+            names = ", ".join(info["systems"])
+            sys.stdout.write(f"simulating {names} at {info['url']} (pid {info['pid']}); stop with Ctrl-C\n")
+        sys.stdout.flush()
+
+    summary = serve(service, host=args.host, port=args.port, ready_file=args.ready_file, on_ready=ready)
+    if not args.json:
+        sys.stderr.write(f"stopped after answering {summary['answered']} requests\n")
+    # A foreground server's one output is its ready line, printed above; end here without a second.
+    raise SystemExit(EXIT_OK)
+
+
+def _wire_proxy(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.meter.proxy import serve_proxy
+
+    def ready(info: dict[str, Any]) -> None:
+        if not args.json:
+            sys.stderr.write(f"metering proxy at {info['url']} -> {info['upstream']}, recording to {info['out']}\n")
+
+    return serve_proxy(
+        args.upstream, args.out, args.port, host=args.host, ready_file=args.ready_file, name=args.name,
+        on_ready=ready,
+    )
+
+
+def _wire_meter(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.meter.pricing import load_pricing
+    from harness.meter.wire import meter_wire, read_wire
+
+    totals = meter_wire(read_wire(args.path, args.name), load_pricing(args.pricing))
+    return {"ok": True, "path": args.path, **totals.to_json()}
+
+
+def _worker_llm_edit(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.workers.llm_edit import run_llm_edit
+
+    prompt_file = args.prompt_file or os.environ.get("PROCTOR_PROMPT_FILE")
+    if not prompt_file:
+        raise Refusal("prompt_file_missing", "give --prompt-file or run under proctor dispatch")
+    scope = args.scope or _json_list(os.environ.get("PROCTOR_SCOPE", "[]"))
+    outcome = run_llm_edit(
+        args.model,
+        workspace=args.workspace or os.getcwd(),
+        prompt_file=prompt_file,
+        task_id=args.task_id or os.environ.get("PROCTOR_TASK_ID", "unnamed"),
+        scope=scope,
+        catalog_path=args.catalog,
+        timeout_s=args.timeout,
+    )
+    return {**outcome.to_json(), "_exit": outcome.exit_code}
+
+
+def _json_list(text: str) -> list[str]:
+    from harness.evidence.jsonio import loads_strict
+
+    value = loads_strict(text.encode("utf-8"), path="PROCTOR_SCOPE", expect_object=False)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Refusal("scope_invalid", "PROCTOR_SCOPE must be a JSON list of paths", "PROCTOR_SCOPE")
+    return value
 
 
 # --- the parser ---------------------------------------------------------------
@@ -127,9 +232,11 @@ def _parser() -> _Parser:
     add("lane", _lane, "Pick the lane for a task from its features.", task)
     add("init", _init, "Pin the task, seal the verifier's inputs, record the baseline tree.", ws, task)
     p = add("dispatch", _dispatch, "Run a worker in the workspace under the task's budget.", ws, task)
-    p.add_argument(
-        "--command", action="store_true", required=True, help="-- ARGV...: the worker; everything after it"
-    )
+    chooser = p.add_mutually_exclusive_group(required=True)
+    chooser.add_argument("--command", action="store_true", help="-- ARGV...: the worker; everything after it")
+    chooser.add_argument("--model", metavar="ID|auto", help="the catalog model's worker; auto: the lane's cheapest")
+    p.add_argument("--catalog", help="the catalog (default: $PROCTOR_CATALOG, else the bundled simulator catalog)")
+    p.add_argument("--pricing", help="the pricing table --model auto compares (default: the bundled one)")
     add("verify", _verify, "Run the sealed verifier on a fresh copy and write a receipt.", ws, task)
     p = add("accept", _accept, "Accept the current tree on a passing receipt.", ws, task)
     p.add_argument("--allow-zero-dispatch", action="store_true", help="accept with no dispatch (counted)")
@@ -138,6 +245,40 @@ def _parser() -> _Parser:
     p = add("journal", _journal, "Show the journal, or acknowledge an orphaned dispatch.", ws)
     p.add_argument("--ack", metavar="DISPATCH_ID", help="acknowledge an orphaned dispatch")
     p.add_argument("--tail", type=int, default=20, help="how many events to show")
+    p = add("catalog", _catalog, "List the catalog's models: lane, provider, shape, credential set, prices.")
+    p.add_argument("--catalog", help="the catalog (default: $PROCTOR_CATALOG, else the bundled simulator catalog)")
+    p.add_argument("--pricing", help="the pricing table (default: the bundled one)")
+    p = add("record", _record, "Append the task's row (dispatches, receipt, accept, tokens, cost) to its record.", ws, task)
+    p.add_argument("--wire", action="append", metavar="FILE", help="a wire log to meter (repeatable; default: the dispatches' own)")
+    p.add_argument("--pricing", help="the pricing table (default: the bundled one); needs a wire log")
+    p.add_argument("--catalog", help="the catalog mapping models to pricing keys")
+    p = add("delegate", _delegate, "Consult a model (or a command) once; the workspace is restored unless --write.")
+    p.add_argument("--workspace", required=True, help="the folder the worker runs in")
+    text_or_file = p.add_mutually_exclusive_group(required=True)
+    text_or_file.add_argument("--task", dest="task_text", metavar="TEXT", help="the task text")
+    text_or_file.add_argument("--task-file", help="a file holding the task text")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--model", metavar="ID", help="the catalog model whose worker runs")
+    who.add_argument("--command", action="store_true", help="-- ARGV...: run this command instead (no model)")
+    p.add_argument("--write", action="store_true", help="keep the worker's changes (default: restore the workspace)")
+    p.add_argument("--resume-from", metavar="SESSION", help="continue a session (the catalog's resume arguments)")
+    p.add_argument("--catalog", help="the catalog (default: $PROCTOR_CATALOG, else the bundled simulator catalog)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the worker is killed")
+
+    worker = sub.add_parser("worker", help="Built-in workers.")
+    wsub = worker.add_subparsers(dest="worker_cmd", required=True, metavar="WORKER", parser_class=_Parser)
+    p = wsub.add_parser(
+        "llm-edit", help="Send the prompt and the files in scope to a model; write back what it returns.",
+        parents=[common],
+    )
+    p.add_argument("--model", required=True, help="a catalog model id")
+    p.add_argument("--prompt-file", help="default: $PROCTOR_PROMPT_FILE")
+    p.add_argument("--workspace", help="default: the current folder")
+    p.add_argument("--scope", nargs="+", help="paths it may write (default: $PROCTOR_SCOPE)")
+    p.add_argument("--task-id", help="default: $PROCTOR_TASK_ID")
+    p.add_argument("--catalog", help="catalog file (default: $PROCTOR_CATALOG, then the bundled one)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per provider call phase")
+    p.set_defaults(handler=_worker_llm_edit)
 
     ledger = sub.add_parser("ledger", help="Check or repair a chained JSONL log.")
     lsub = ledger.add_subparsers(dest="ledger_cmd", required=True, metavar="ACTION", parser_class=_Parser)
@@ -149,6 +290,37 @@ def _parser() -> _Parser:
         p.add_argument("path", help="the .jsonl log")
         p.add_argument("--seed", help="the seed the log must start from")
         p.set_defaults(handler=handler)
+
+    sim = sub.add_parser("sim", help="The simulator: simulated systems behind the OpenAI Chat Completions API.")
+    simsub = sim.add_subparsers(dest="sim_cmd", required=True, metavar="ACTION", parser_class=_Parser)
+    text = "Serve simulated systems on loopback until SIGTERM/SIGINT (prints the URL, or the ready JSON)."
+    p = simsub.add_parser("serve", help=text, description=text, parents=[common])
+    p.add_argument("--port", type=int, required=True, help="the port to listen on (0: a free one)")
+    p.add_argument("--systems", help="the systems file (default: the bundled sim-flash, sim-glm, sim-k3)")
+    p.add_argument("--answers", help="a JSONL file of items: {match, answer, wrong}")
+    p.add_argument("--tasks", help="a folder of task folders (<name>/task.json): answers from their fix/")
+    p.add_argument("--seed", type=int, default=0, help="the seed every draw derives from")
+    p.add_argument("--host", default="127.0.0.1", help="a loopback address")
+    p.add_argument("--ready-file", help="written atomically with {url, pid} once listening")
+    p.set_defaults(handler=_sim_serve)
+
+    wire = sub.add_parser("wire", help="The metering proxy and wire logs (what provider exchanges cost).")
+    wsub = wire.add_subparsers(dest="wire_cmd", required=True, metavar="ACTION", parser_class=_Parser)
+    text = "Forward provider traffic to UPSTREAM on loopback, recording every exchange, until SIGTERM/SIGINT."
+    p = wsub.add_parser("proxy", help=text, description=text, parents=[common])
+    p.add_argument("--port", type=int, required=True, help="the port to listen on (0: a free one)")
+    p.add_argument("--upstream", required=True, help="the provider's base URL, e.g. https://api.openai.com/v1")
+    p.add_argument("--out", required=True, help="the wire log (chained JSONL) to append to")
+    p.add_argument("--ready-file", help="written atomically with {url, origin, port, pid, ...} once listening")
+    p.add_argument("--host", default="127.0.0.1", help="a loopback address")
+    p.add_argument("--name", default="proxy", help="the wire log's name (seed proctor-wire:NAME)")
+    p.set_defaults(handler=_wire_proxy)
+    text = "Verify a wire log and meter it: tokens by category and cost (unknown stays unknown)."
+    p = wsub.add_parser("meter", help=text, description=text, parents=[common])
+    p.add_argument("path", help="the wire log")
+    p.add_argument("--pricing", help="the pricing table (default: the bundled notional sim prices)")
+    p.add_argument("--name", help="require the wire log's name (seed proctor-wire:NAME)")
+    p.set_defaults(handler=_wire_meter)
     return parser
 
 
@@ -232,8 +404,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sys.stderr.write(f"internal error: {message} (set PROCTOR_DEBUG=1 for the traceback)\n")
         return EXIT_INTERNAL
+    forced = result.pop("_exit", None)
     if args.json:
         _print_json(result)
     else:
         sys.stdout.write("\n".join(_human(result)) + "\n")
+    if isinstance(forced, int):  # a worker's own exit convention (llm-edit: 75 = provider failed)
+        return forced
     return EXIT_OK if result.get("ok", True) else EXIT_FAILED

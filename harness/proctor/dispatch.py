@@ -2,23 +2,46 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
+from harness.catalog import (
+    Catalog,
+    CatalogModel,
+    cheapest_in_lane,
+    load_catalog,
+    resolve_model,
+    worker_env,
+)
 from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
-from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import TreeEntry, diff_trees, scan_tree, tree_signature
+from harness.proctor.escalation import (
+    LATERAL,
+    EscalationState,
+    escalation_state,
+    evidence_packet,
+    is_provider_failure,
+    render_evidence,
+)
 from harness.proctor.gate import Gate, check_pin, gated
 from harness.proctor.lanes import choose_lane
 from harness.proctor.state import NESTED_ENV, refuse_nested
 from harness.proctor.task import Task
 from harness.workers.process import run_group
 
-__all__ = ["check_preflight", "dispatch"]
+__all__ = ["AUTO_MODEL", "check_preflight", "dispatch", "metering_proxy"]
+
+AUTO_MODEL = "auto"
+"""`--model auto`: the cheapest catalog model of the current lane."""
 
 
 def check_preflight(task: Task, now: float) -> list[dict[str, Any]]:
@@ -69,18 +92,181 @@ def _worker_env(gate: Gate, dispatch_id: str, prompt_file: str, heartbeat: str) 
             "PROCTOR_DISPATCH_ID": dispatch_id,
             "PROCTOR_PROMPT_FILE": prompt_file,
             "PROCTOR_HEARTBEAT": heartbeat,
+            "PROCTOR_SCOPE": json.dumps(list(gate.task.scope)),
         }
     )
     return env
 
 
+@contextmanager
+def metering_proxy(upstream: str, out: str, name: str) -> Iterator[dict[str, Any]]:
+    """Run the metering proxy in front of `upstream` for the block.
+
+    Yields a dict: `base_url` (what the worker must use), `wire_log` (the
+    chained wire log `out`, seed `proctor-wire:<name>`) and, once the block
+    has ended, `proxy` (the proxy's summary: exchanges recorded, failures).
+    """
+    from harness.meter.proxy import start_proxy
+
+    proxy = start_proxy(upstream, out, port=0, name=name)
+    metering: dict[str, Any] = {"base_url": proxy.url, "wire_log": out, "wire_name": name}
+    try:
+        yield metering
+    finally:
+        metering["proxy"] = proxy.close()
+
+
+def _wire_end(metering: dict[str, Any]) -> dict[str, Any]:
+    """The wire log as the proxy left it: lines and head hash (checked again by `proctor record`).
+
+    The proxy's own counts are recorded beside them: a log whose lines differ
+    from the exchanges the proxy recorded was written by someone else.
+    """
+    from harness.evidence.chain import verify_log
+    from harness.meter.wire import wire_seed
+
+    path = metering["wire_log"]
+    summary = metering["proxy"]
+    out: dict[str, Any] = {
+        "path": path,
+        "exchanges": summary.get("exchanges"),
+        "record_failures": summary.get("record_failures"),
+    }
+    if not os.path.lexists(path):
+        return {**out, "lines": 0, "head": None}
+    status = verify_log(path, wire_seed(metering["wire_name"]))
+    problem = None if status.problem is None else status.problem.to_json()
+    return {**out, "lines": status.lines, "head": status.head, "problem": problem}
+
+
+@dataclass(frozen=True)
+class _ModelChoice:
+    model: CatalogModel
+    catalog: Catalog
+    record: dict[str, Any]
+
+
+def _choose_model(
+    name: str, lane: str, esc: EscalationState, catalog_path: str | None, pricing_path: str | None
+) -> _ModelChoice:
+    """The catalog model for `--model ID` or `--model auto` (the cheapest of the lane)."""
+    catalog = load_catalog(catalog_path)
+    if name != AUTO_MODEL:
+        named = resolve_model(catalog, name)
+        if named.worker is None:
+            raise Refusal("model_has_no_worker", f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
+        return _ModelChoice(named, catalog, {"mode": "explicit", "model_lane": named.lane})
+    from harness.meter.pricing import load_pricing
+
+    pricing = load_pricing(pricing_path)
+    excluded = esc.excluded_providers(lane)
+    model, considered = cheapest_in_lane(catalog, lane, pricing, excluded)
+    if model is None:
+        raise Refusal(
+            "no_model_for_lane",
+            f"no catalog model with a worker in lane {lane!r}"
+            + (f" outside the failed providers {', '.join(excluded)}" if excluded else ""),
+            catalog.path,
+            lane=lane,
+            excluded_providers=list(excluded),
+            considered=considered,
+        )
+    record = {
+        "mode": "auto",
+        "lane": lane,
+        "by": "lowest output price (unpriced last)",
+        "pricing": {"path": pricing.path, "sha256": pricing.sha256},
+        "excluded_providers": list(excluded),
+        "considered": considered,
+    }
+    return _ModelChoice(model, catalog, record)
+
+
+def _provider_switch(
+    esc: EscalationState, started: list[dict[str, Any]], lane: str, choice: _ModelChoice | None
+) -> dict[str, Any] | None:
+    """When the last dispatch failed for provider reasons and auto picked another provider: why."""
+    if choice is None or choice.record.get("mode") != "auto" or not started or not esc.provider_failures:
+        return None
+    last = esc.provider_failures[-1]
+    if last["dispatch_id"] != started[-1]["dispatch_id"] or last["lane"] != lane:
+        return None
+    if last["provider"] == choice.model.provider:
+        return None
+    return {
+        "from_provider": last["provider"],
+        "to_provider": choice.model.provider,
+        "model": choice.model.id,
+        "lane": lane,
+        "reason": f"provider failure in dispatch {last['dispatch_id']} ({last['why']}): same lane, another provider",
+    }
+
+
+def _next_lane(gate: Gate, esc: EscalationState) -> str:
+    """The lane of the next dispatch: lateral on stagnation, within `max_stagnant` switches."""
+    if not esc.stagnant:
+        return esc.lane
+    budget = gate.task.budget
+    if len(esc.switches) >= budget.max_stagnant:
+        raise Refusal(
+            "stagnation_limit_reached",
+            f"{esc.stagnant_count} identical failures in lane {esc.lane} after {len(esc.switches)} "
+            f"lane switch(es); max_stagnant is {budget.max_stagnant}",
+            gate.task.path,
+            lane=esc.lane,
+            fingerprint=esc.stagnant_fingerprint,
+        )
+    return LATERAL[esc.lane]
+
+
+def _lane_switch(gate: Gate, esc: EscalationState, dispatch_id: str, folder: str) -> tuple[dict[str, Any], str] | None:
+    """On stagnation: the lane switch record (not yet journaled) and the evidence packet as prompt text."""
+    if not esc.stagnant:
+        return None
+    to = LATERAL[esc.lane]
+    receipts = [c["receipt_id"] for c in esc.counted[-esc.stagnant_count :]]
+    reason = (
+        f"stagnation: the last {esc.stagnant_count} verifications after dispatches in lane {esc.lane} "
+        f"({', '.join(receipts)}) failed with the same fingerprint {str(esc.stagnant_fingerprint)[:16]}"
+    )
+    packet = evidence_packet(gate, esc, to, reason, dispatch_id)
+    path = os.path.join(folder, "evidence.json")
+    data = canonical_bytes(packet)
+    atomic_write(path, data)
+    switch = {
+        "from": esc.lane,
+        "to": to,
+        "reason": reason,
+        "fingerprint": esc.stagnant_fingerprint,
+        "stagnant_count": esc.stagnant_count,
+        "receipt_ids": receipts,
+        "dispatch_id": dispatch_id,
+        "evidence_file": path,
+        "evidence_sha256": sha256_hex(data),
+    }
+    return switch, render_evidence(packet, path)
+
+
 def dispatch(
-    workspace: str, task_path: str, argv: Sequence[str], state_dir: str | None = None
+    workspace: str,
+    task_path: str,
+    argv: Sequence[str] | None = None,
+    state_dir: str | None = None,
+    *,
+    model: str | None = None,
+    catalog_path: str | None = None,
+    pricing_path: str | None = None,
 ) -> dict[str, Any]:
-    """Run `argv` as the worker in the workspace; returns the dispatch's end record."""
+    """Run the worker in the workspace: `argv`, or the catalog worker of `model` (an id or "auto").
+
+    Returns the dispatch's end record. On stagnation the lane switches first
+    and the worker gets an evidence packet (`harness.proctor.escalation`).
+    """
     refuse_nested("dispatch")
-    if not argv:
-        raise Refusal("worker_command_missing", "give the worker's argv after --command --")
+    if model is not None and argv:
+        raise Refusal("worker_choice_conflict", "give either --model or --command, not both")
+    if model is None and not argv:
+        raise Refusal("worker_command_missing", "give --model ID|auto, or the worker's argv after --command --")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("dispatch"):
         check_pin(gate.task, gate.pin)
         budget = gate.task.budget
@@ -91,56 +277,105 @@ def dispatch(
                 f"{len(started)} of {budget.max_dispatches} dispatches used",
                 gate.task.path,
             )
-        lane = choose_lane(gate.task)
+        decision = choose_lane(gate.task)
         preflight: list[dict[str, Any]] = []
-        if lane.production:
-            if lane.lane == "flash" and not lane.explicit:
+        if decision.production:
+            if decision.lane == "flash" and not decision.explicit:
                 raise Refusal(
                     "flash_lane_refused_for_production",
-                    f"the task names {', '.join(lane.production_entrypoints)}; give an explicit lane and reason",
+                    f"the task names {', '.join(decision.production_entrypoints)}; give an explicit lane and reason",
                     gate.task.path,
                 )
             preflight = check_preflight(gate.task, time.time())
+        esc = escalation_state(gate.pin["lane"]["lane"], gate.events)
+        lane = _next_lane(gate, esc)
+        choice = None if model is None else _choose_model(model, lane, esc, catalog_path, pricing_path)
         seq = len(started) + 1
         dispatch_id = f"d{seq:03d}-{secrets.token_hex(4)}"
         folder = ensure_private_dir(gate.state.path("dispatches", dispatch_id))
+        switch = _lane_switch(gate, esc, dispatch_id, folder)
         prompt_file = os.path.join(folder, "prompt.md")
         prompt = gate.task.prompt.encode("utf-8")
+        if switch:
+            prompt += switch[1].encode("utf-8")
         atomic_write(prompt_file, prompt)
         heartbeat = os.path.join(folder, "heartbeat.json")
         output = os.path.join(folder, "output.log")
-        gate.record(
-            "dispatch_start",
-            dispatch_id=dispatch_id,
-            seq=seq,
-            argv=list(argv),
-            lane=lane.lane,
-            proctor_pid=os.getpid(),
-            prompt_sha256=sha256_hex(prompt),
-            heartbeat=heartbeat,
-            timeout_s=budget.timeout_s,
-            preflight=preflight,
-        )
-        watched = _state_entries(gate, dispatch_id)
-        try:
-            result = run_group(
-                argv,
-                cwd=gate.workspace,
-                env=_worker_env(gate, dispatch_id, prompt_file, heartbeat),
-                timeout_s=budget.timeout_s,
-                output_path=output,
+        env = _worker_env(gate, dispatch_id, prompt_file, heartbeat)
+        if switch:
+            env["PROCTOR_EVIDENCE_FILE"] = switch[0]["evidence_file"]
+        if choice is not None:
+            assert choice.model.worker is not None
+            argv = choice.model.worker.render(
+                model=choice.model.id, workspace=gate.workspace, prompt_file=prompt_file, python=sys.executable
             )
-        except OSError as exc:
-            gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
-            raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+            upstream = choice.model.effective_base_url()
+            wire_name = f"{gate.task.task_id}/{dispatch_id}"
+            proxied: AbstractContextManager[dict[str, Any]] = metering_proxy(
+                upstream, os.path.join(folder, "wire.jsonl"), wire_name
+            )
+        else:
+            proxied = nullcontext({})
+        assert argv is not None
+        with proxied as metering:
+            model_fields: dict[str, Any] = {}
+            if choice is not None:
+                env.update(worker_env(choice.model, choice.catalog, metering["base_url"]))
+                model_fields = {
+                    "model": choice.model.id,
+                    "api_model": choice.model.api_model,
+                    "provider": choice.model.provider,
+                    "api_shape": choice.model.api_shape,
+                    "pricing_key": choice.model.pricing_key,
+                    "model_choice": choice.record,
+                    "catalog": {"path": choice.catalog.path, "sha256": choice.catalog.sha256},
+                    "upstream": upstream,
+                    "metering": "proxy",
+                    "wire_log": metering["wire_log"],
+                    "wire_name": metering["wire_name"],
+                }
+            if switch:
+                gate.record("lane_switch", **switch[0])
+            provider_switch = _provider_switch(esc, started, lane, choice)
+            if provider_switch:
+                gate.record("provider_switch", dispatch_id=dispatch_id, **provider_switch)
+            gate.record(
+                "dispatch_start",
+                dispatch_id=dispatch_id,
+                seq=seq,
+                argv=list(argv),
+                lane=lane,
+                proctor_pid=os.getpid(),
+                prompt_sha256=sha256_hex(prompt),
+                heartbeat=heartbeat,
+                timeout_s=budget.timeout_s,
+                preflight=preflight,
+                evidence_file=switch[0]["evidence_file"] if switch else None,
+                **model_fields,
+            )
+            watched = _state_entries(gate, dispatch_id)
+            try:
+                result = run_group(
+                    argv,
+                    cwd=gate.workspace,
+                    env=env,
+                    timeout_s=budget.timeout_s,
+                    output_path=output,
+                )
+            except OSError as exc:
+                gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
+                raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
         tree = tree_signature(gate.workspace)
+        end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
         gate.record(
             "dispatch_end",
             dispatch_id=dispatch_id,
             seq=seq,
             output_sha256=sha256_hex(read_bytes(output)),
             tree_after=tree.digest,
+            provider_failure=is_provider_failure(end),
+            **({"wire": _wire_end(metering)} if "proxy" in metering else {}),
             **result.to_json(),
         )
         if tampered:
@@ -155,7 +390,11 @@ def dispatch(
         "ok": result.exit_code == 0 and not result.timed_out,
         "dispatch_id": dispatch_id,
         "seq": seq,
-        "lane": lane.lane,
+        "lane": lane,
+        "lane_switch": switch[0] if switch else None,
+        "model": model_fields.get("model"),
+        "wire_log": model_fields.get("wire_log"),
+        "provider_failure": is_provider_failure(end),
         "output_file": output,
         "tree_after": tree.to_json(),
         **result.to_json(),

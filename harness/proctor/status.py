@@ -9,6 +9,7 @@ from typing import Any
 from harness.errors import Refusal
 from harness.evidence.jsonio import read_json
 from harness.evidence.lock import lock_holder
+from harness.proctor.escalation import escalation_state
 from harness.proctor.gate import Gate, gated
 from harness.proctor.state import refuse_nested
 
@@ -75,11 +76,15 @@ def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
         stall_after = max(2 * budget.timeout_s, 3600.0)
         ends = [e for e in gate.events if e["event"] == "dispatch_end"]
         detached = [e["dispatch_id"] for e in ends if e.get("detached_pids")]
-        degraded = ["tokens", "cost"]  # a worker process has no metered wire log yet
+        starts = [e for e in gate.events if e["event"] == "dispatch_start"]
+        # Tokens and cost are measured only from wire logs: a --command worker has none, and
+        # until a --model dispatch has run nothing has been metered.
+        degraded = ["tokens", "cost"] if not starts or any(not e.get("wire_log") for e in starts) else []
         if any(e.get("process_tracking") is False for e in ends):
             degraded.append("process_tracking")
         verifies = [e for e in gate.events if e["event"] == "verify"]
         accepts = [e for e in gate.events if e["event"] == "accept"]
+        esc = escalation_state(gate.pin["lane"]["lane"], gate.events)
         last_receipt = None
         if verifies:
             v = verifies[-1]
@@ -102,6 +107,11 @@ def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
             "last_receipt": last_receipt,
             "accepted": bool(accepts) and accepts[-1]["receipt_id"] == (last_receipt or {}).get("receipt_id"),
             "journal_lines": len(gate.events),
+            "lane": esc.lane,
+            "lane_switches": len(esc.switches),
+            "fingerprints": list(esc.fingerprints),
+            "stagnant_count": esc.stagnant_count,
+            "failed_providers": {k: list(v) for k, v in sorted(esc.failed_providers.items())},
         }
 
 

@@ -16,6 +16,7 @@ from harness.evidence.tree import (
     scan_tree,
     signature_of,
 )
+from harness.proctor.escalation import fingerprint
 from harness.proctor.gate import Gate, check_pin, gated
 from harness.proctor.guards import (
     ancestor_inputs,
@@ -155,6 +156,11 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
         passed = result.exit_code == 0 and not result.timed_out
         output_bytes = read_bytes(output)
+        # The failure's fingerprint drives escalation (harness.proctor.escalation): the copy's
+        # path differs per receipt and must not make the same failure look new.
+        failure_print = None if passed else fingerprint(
+            output_bytes.decode("utf-8", "replace"), (copy, os.path.realpath(copy), gate.state.root)
+        )
         receipt = {
             "schema": RECEIPT_SCHEMA,
             "receipt_id": receipt_id,
@@ -172,6 +178,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict
             "passed": passed,
             "output_sha256": sha256_hex(output_bytes),
             "output_bytes": len(output_bytes),
+            "fingerprint": failure_print,
             "tamper_detected": bool(tampered),
             "tampered_paths": tampered,
             "verifier_nondiscriminating": passed and tree.digest == gate.pin["baseline_tree"],
@@ -188,6 +195,8 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict
             passed=passed,
             tree=tree.digest,
             tamper_detected=bool(tampered),
+            dispatch_seq=receipt["dispatch_seq"],
+            fingerprint=failure_print,
         )
     return {
         "ok": passed,

@@ -1,0 +1,241 @@
+"""`proctor delegate`: consult a model (or a command) once, outside the gated path.
+
+Read-only by default: the workspace is scanned and copied (every entry but
+the top-level `.git`, nothing excluded) into a private temporary folder
+before the worker runs; when the worker has changed anything and `--write`
+was not given, every added entry is removed and every changed or removed one
+is put back from the copy (files with their bytes and mode, links with their
+target, folders), and the tree signature must then equal the one before
+(`restore_incomplete` otherwise). The worker's changes to `.git` are not
+undone. With `--write` the changes stay and are reported.
+
+Refusals: a delegate from inside a worker (`PROCTOR_CHILD=1`) with a model or
+with `--write` (`nested_call_refused`): a read-only consult by command is the
+only thing a worker may delegate. A task text naming a production entrypoint
+(`harness.proctor.lanes.PRODUCTION_ENTRYPOINTS`, dotted or slashed) is
+refused in model mode (`production_task_in_model_mode`).
+
+The worker gets `PROCTOR_CHILD=1`, `PROCTOR_DELEGATE=1`, `PROCTOR_PROMPT_FILE`
+(the task text, outside the workspace) and, in model mode, `PROCTOR_MODEL`,
+`PROCTOR_CATALOG` and the model's base URL variables. A worker that prints a
+line `SESSION: <id>` names a session that `--resume-from` can continue.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.catalog import load_catalog, resolve_model, worker_env
+from harness.errors import Refusal
+from harness.evidence.jsonio import read_bytes
+from harness.evidence.tree import TreeEntry, diff_trees, display_path, scan_tree, signature_of
+from harness.proctor.lanes import PRODUCTION_ENTRYPOINTS
+from harness.proctor.state import NESTED_ENV
+from harness.workers.process import run_group
+
+__all__ = ["DELEGATE_TIMEOUT_S", "delegate", "named_entrypoints", "restore_tree"]
+
+DELEGATE_TIMEOUT_S = 600.0
+OUTPUT_LIMIT = 64 * 1024
+"""Bytes of the worker's output returned (its tail when longer)."""
+_SESSION = re.compile(r"^SESSION:\s*(\S+)\s*$", re.MULTILINE)
+
+
+def named_entrypoints(text: str) -> list[str]:
+    """The production entrypoints named in `text`, dotted or slashed."""
+    found = []
+    for name in PRODUCTION_ENTRYPOINTS:
+        forms = {name} if name.endswith(".ps1") else {name, name.replace(".", "/")}
+        if any(form in text for form in forms):
+            found.append(name)
+    return found
+
+
+def _snapshot(root: str, entries: Mapping[bytes, TreeEntry], dest: str) -> dict[bytes, int]:
+    """Copy every file of `entries` into `dest` (flat, by index); returns each file's full mode."""
+    modes: dict[bytes, int] = {}
+    for index, (rel, entry) in enumerate(sorted(entries.items())):
+        if entry.kind != "file":
+            continue
+        source = os.path.join(root, os.fsdecode(rel))
+        data = read_bytes(source)
+        if len(data) != entry.size:
+            raise Refusal("tree_changed_during_scan", "a file changed while delegate copied it", source)
+        with open(os.path.join(dest, str(index)), "wb") as fh:
+            fh.write(data)
+        modes[rel] = stat.S_IMODE(os.lstat(source).st_mode)
+    return modes
+
+
+def _remove(path: bytes) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _real_parents(root: bytes, rel: bytes) -> None:
+    """Make every folder above `rel` a real folder, so that nothing is written through a planted link."""
+    here = root
+    for part in rel.split(b"/")[:-1]:
+        here = os.path.join(here, part)
+        if os.path.islink(here) or (os.path.lexists(here) and not os.path.isdir(here)):
+            _remove(here)
+        if not os.path.lexists(here):
+            os.mkdir(here)
+
+
+def restore_tree(
+    root: str,
+    before: Mapping[bytes, TreeEntry],
+    after: Mapping[bytes, TreeEntry],
+    copy: str,
+    modes: Mapping[bytes, int],
+) -> list[str]:
+    """Put `root` back to `before` from the snapshot `copy`; returns the restored paths."""
+    base = os.fsencode(root)
+    index = {rel: i for i, rel in enumerate(sorted(before))}
+    diff = diff_trees(before, after)
+    for rel in sorted(diff.added, reverse=True):  # children first; a removed folder takes its children
+        target = os.path.join(base, rel)
+        if os.path.lexists(target) and rel not in before:
+            _remove(target)
+    for rel in sorted({*diff.removed, *diff.changed}):  # parents first
+        entry = before[rel]
+        target = os.path.join(base, rel)
+        _real_parents(base, rel)
+        if entry.kind == "dir":
+            if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+                _remove(target)
+            if not os.path.lexists(target):
+                os.mkdir(target)
+            continue
+        _remove(target)
+        if entry.kind == "file":
+            data = read_bytes(os.path.join(copy, str(index[rel])))
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, modes.get(rel, 0o755 if entry.executable else 0o644))
+            finally:
+                os.close(fd)
+        elif entry.kind == "link" and entry.target is not None:
+            os.symlink(entry.target, target)
+        elif entry.kind == "fifo":
+            os.mkfifo(target)
+        else:
+            raise Refusal("unsupported_special_file", f"cannot restore a {entry.kind}", display_path(rel))
+    return [display_path(p) for p in sorted({*diff.added, *diff.removed, *diff.changed})]
+
+
+def _output(path: str) -> tuple[str, bool]:
+    data = read_bytes(path)
+    if len(data) > OUTPUT_LIMIT:
+        return data[-OUTPUT_LIMIT:].decode("utf-8", "replace"), True
+    return data.decode("utf-8", "replace"), False
+
+
+def delegate(
+    workspace: str,
+    task_text: str,
+    *,
+    model: str | None = None,
+    command: Sequence[str] | None = None,
+    write: bool = False,
+    resume_from: str | None = None,
+    catalog_path: str | None = None,
+    timeout_s: float = DELEGATE_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Run the model's worker (or `command`) once in `workspace`; restore the workspace unless `write`."""
+    if os.environ.get(NESTED_ENV) == "1" and (model is not None or write):
+        raise Refusal(
+            "nested_call_refused",
+            f"delegate {'--model' if model is not None else '--write'} from inside a worker ({NESTED_ENV}=1) is refused",
+        )
+    if (model is None) == (not command):
+        raise Refusal("worker_choice_conflict", "give exactly one of --model ID or --command -- ARGV")
+    if not (0 < timeout_s < float("inf")):
+        raise Refusal("timeout_invalid", "--timeout must be a positive number of seconds")
+    if not task_text.strip():
+        raise Refusal("delegate_task_empty", "the task text is empty")
+    if model is not None:
+        named = named_entrypoints(task_text)
+        if named:
+            raise Refusal(
+                "production_task_in_model_mode",
+                f"the task names production entrypoints ({', '.join(named)}): use the gated path "
+                "(proctor init/dispatch/verify/accept), not a model delegate",
+                entrypoints=named,
+            )
+    if resume_from is not None and model is None:
+        raise Refusal("resume_unsupported", "--resume-from needs --model (the catalog's resume template)")
+    root = os.path.realpath(workspace)
+    if not os.path.isdir(root):
+        raise Refusal("workspace_missing", "no such folder", root)
+    catalog = load_catalog(catalog_path) if model is not None else None
+    chosen = resolve_model(catalog, model) if catalog is not None and model is not None else None
+    if chosen is not None and chosen.worker is None:
+        raise Refusal("model_has_no_worker", f"{chosen.id!r} has no [model.worker] argv in the catalog", catalog_path)
+    before = scan_tree(root, excludes=())
+    private = tempfile.mkdtemp(prefix="proctor-delegate-")
+    try:
+        copy = os.path.join(private, "copy")
+        os.mkdir(copy, 0o700)
+        modes = _snapshot(root, before, copy)
+        prompt_file = os.path.join(private, "prompt.md")
+        with open(prompt_file, "w", encoding="utf-8") as fh:
+            fh.write(task_text)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+        env.update({NESTED_ENV: "1", "PROCTOR_DELEGATE": "1", "PROCTOR_PROMPT_FILE": prompt_file})
+        if chosen is not None and catalog is not None:
+            assert chosen.worker is not None
+            argv = chosen.worker.render(
+                model=chosen.id, workspace=root, prompt_file=prompt_file, python=sys.executable, session=resume_from
+            )
+            env.update(worker_env(chosen, catalog, chosen.effective_base_url()))
+        else:
+            argv = list(command or ())
+        output_path = os.path.join(private, "output.log")
+        try:
+            result = run_group(argv, cwd=root, env=env, timeout_s=timeout_s, output_path=output_path)
+        except OSError as exc:
+            raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+        after = scan_tree(root, excludes=())
+        diff = diff_trees(before, after)
+        restored: list[str] = []
+        if not write and not diff.empty:
+            try:
+                restored = restore_tree(root, before, after, copy, modes)
+            except OSError as exc:
+                raise Refusal("restore_incomplete", f"the workspace could not be restored: {exc}", root) from None
+            back = scan_tree(root, excludes=())
+            if signature_of(back).digest != signature_of(before).digest:
+                left = diff_trees(before, back).to_json()
+                raise Refusal("restore_incomplete", f"the workspace could not be restored exactly: {left}", root, **left)
+        text, truncated = _output(output_path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    sessions = _SESSION.findall(text)
+    return {
+        "ok": result.exit_code == 0 and not result.timed_out,
+        "mode": "model" if chosen is not None else "command",
+        "model": None if chosen is None else chosen.id,
+        "argv": argv,
+        "workspace": root,
+        "write": write,
+        "output": text,
+        "output_truncated": truncated,
+        "session": sessions[-1] if sessions else None,
+        "restored": restored,
+        "changes": diff.to_json(),
+        "tree_before": signature_of(before).digest,
+        "tree_after": signature_of(scan_tree(root, excludes=())).digest,
+        **result.to_json(),
+    }
