@@ -1,0 +1,1 @@
+"""Studies: preregistration, the deterministic plan, attempts, the runner and the report."""
