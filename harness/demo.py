@@ -1,8 +1,17 @@
-"""`make demo`: the gated path end to end on a bundled task, step by step, through the real CLI.
+"""`make demo`: the gated path end to end on bundled tasks, step by step, through the real CLI.
 
-It copies a bundled task's workspace into a fresh git repository in a
+Part one copies a bundled task's workspace into a fresh git repository in a
 temporary folder and runs lane, init, a failing verify, a dispatch of the
 scripted worker, a passing verify, accept and status, printing each step.
+
+Part two puts a model over real HTTP in the worker's place: it starts the
+simulator (`proctor sim serve`, which answers the bundled tasks), copies a
+second task into a fresh repository and runs lane, init, `dispatch --model
+auto` (the built-in llm-edit worker, through the metering proxy) and verify,
+dispatching again while verify fails and the budget allows, then accept,
+record (tokens and the notional cost metered from the wire) and status. The
+simulator is deterministic from its seed, so the walk-through is the same on
+every run; its default seed and task end accepted after one failed attempt.
 """
 
 from __future__ import annotations
@@ -14,6 +23,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +37,7 @@ TASKS = REPO / "evals" / "tasks"
 
 def make_workspace(task_dir: Path, parent: Path) -> Path:
     """A git repository holding a copy of the task's workspace, with one commit."""
+    parent.mkdir(parents=True, exist_ok=True)
     ws = parent / "workspace"
     shutil.copytree(task_dir / "workspace", ws)
     git = ["git", "-C", str(ws), "-c", "user.name=proctor demo", "-c", "user.email=demo@proctor.invalid"]
@@ -34,54 +47,174 @@ def make_workspace(task_dir: Path, parent: Path) -> Path:
     return ws
 
 
-def _run(step: str, words: list[str], expect: int) -> dict[str, Any]:
+def _run(
+    step: str, words: list[str], expect: int | tuple[int, ...], env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run `proctor WORDS --json`, print the step, and insist on an expected exit code."""
     cut = words.index("--command") if "--command" in words else len(words)
     argv = [sys.executable, "-m", "harness", *words[:cut], "--json", *words[cut:]]
     shown = " ".join(["proctor", *words]).replace(str(REPO) + "/", "")
-    print(f"\n== {step}\n$ {shown}")
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    result: dict[str, Any] = json.loads(done.stdout)
-    if done.returncode != expect:
+    print(f"\n== {step}\n$ {shown}", flush=True)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=None if env is None else dict(env))
+    try:
+        result: dict[str, Any] = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"demo: step {step!r} printed no JSON object (exit {done.returncode})") from None
+    expected = (expect,) if isinstance(expect, int) else expect
+    if done.returncode not in expected:
         print(json.dumps(result, indent=2))
-        raise SystemExit(f"demo: step {step!r} exited {done.returncode}, expected {expect}")
+        raise SystemExit(f"demo: step {step!r} exited {done.returncode}, expected {' or '.join(map(str, expected))}")
     return result
+
+
+@contextmanager
+def simulator(folder: Path, seed: int) -> Iterator[str]:
+    """Run `proctor sim serve` on a free loopback port for the block; yields its base URL. Stopped in a finally."""
+    ready = folder / "sim-ready.json"
+    argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", "--tasks", str(TASKS),
+            "--ready-file", str(ready), "--seed", str(seed)]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise SystemExit(f"demo: the simulator exited {proc.returncode}: {proc.communicate()[1].decode()}")
+            if time.monotonic() > deadline:
+                raise SystemExit("demo: the simulator did not get ready in 30 s")
+            time.sleep(0.02)
+        yield str(json.loads(ready.read_text())["url"])
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def _lines(path: str | None) -> int:
+    if not path or not os.path.exists(path):
+        return 0
+    with open(path, "rb") as fh:
+        return sum(1 for _ in fh)
+
+
+def part_one(task_name: str, tmp: Path) -> None:
+    """The scripted worker: a worker that fixes the task without any model."""
+    task_dir = TASKS / task_name
+    task = str(task_dir / "task.json")
+    worker = [sys.executable, str(TASKS / "scripted_worker.py")]
+    ws = str(make_workspace(task_dir, tmp / "scripted"))
+    print(f"proctor demo, part 1: the scripted worker on task {task_name}, workspace {ws} (a fresh git repository)")
+    r = _run("lane: which tier of worker", ["lane", "--task", task], 0)
+    print(f"lane {r['lane']}: {r['reason']}; production entrypoints: {r['production_entrypoints'] or 'none'}")
+    r = _run("init: pin the verifier, seal its inputs outside the workspace", ["init", "--workspace", ws, "--task", task], 0)
+    print(f"state folder {r['state_dir']}\nsealed {r['sealed']}; hidden {r['hidden']}; baseline tree {r['baseline_tree']['digest'][:16]}")
+    r = _run("verify before any work: the sealed verifier must fail", ["verify", "--workspace", ws, "--task", task], 1)
+    print(f"receipt {r['receipt_id']}: passed={r['passed']} exit={r['exit_code']}; {r['output_tail'].strip().splitlines()[-1]}")
+    r = _run("accept now: refused", ["accept", "--workspace", ws, "--task", task], 3)
+    print(f"refused: {r['refusal']}: {r['message']}")
+    r = _run("dispatch the scripted worker", ["dispatch", "--workspace", ws, "--task", task, "--command", "--", *worker], 0)
+    print(f"dispatch {r['dispatch_id']}: exit {r['exit_code']} in {r['duration_s']:.2f}s; tree now {r['tree_after']['digest'][:16]}")
+    r = _run("verify on a fresh copy with the hidden tests laid in", ["verify", "--workspace", ws, "--task", task], 0)
+    print(f"receipt {r['receipt_id']}: passed={r['passed']} on tree {r['tree'][:16]}; {r['output_tail'].strip().splitlines()[-1]}")
+    r = _run("accept: the receipt binds this exact tree", ["accept", "--workspace", ws, "--task", task], 0)
+    print(f"accepted receipt {r['receipt_id']} for tree {r['tree'][:16]} after {r['dispatches']} dispatch(es)")
+    r = _run("status", ["status", "--workspace", ws], 0)
+    print(
+        f"dispatches {r['dispatches']}/{r['max_dispatches']}; orphaned {r['orphaned_dispatch_ids'] or 'none'}; "
+        f"detached {r['detached_dispatch_ids'] or 'none'}; stall suspected: {r['stall_suspected']}; "
+        f"degraded measurement: {', '.join(r['measurement_degraded']['components']) or 'none'}"
+    )
+    r = _run("the journal is an intact chain", ["ledger", "verify", os.path.join(r["state_dir"], "journal.jsonl")], 0)
+    print(f"journal: {r['lines']} lines, head {r['head'][:16]}")
+
+
+def part_two(task_name: str, seed: int, tmp: Path) -> None:
+    """A model over real HTTP: the simulator behind the llm-edit worker, metered through the proxy."""
+    task_dir = TASKS / task_name
+    task = str(task_dir / "task.json")
+    max_dispatches = int(json.loads((task_dir / "task.json").read_text())["budget"]["max_dispatches"])
+    print(f"\n\nproctor demo, part 2: a model over real HTTP on task {task_name}")
+    print(
+        "The simulator (proctor sim serve) plays the model API: simulated systems behind the OpenAI Chat\n"
+        "Completions API on loopback, deterministic from a seed. It rehearses the pipeline; it is never\n"
+        "evidence about a model."
+    )
+    with simulator(tmp, seed) as url:
+        print(f"simulator at {url} (seed {seed}); PROCTOR_SIM_URL={url} for every command below")
+        env = {k: v for k, v in os.environ.items() if k != "PROCTOR_CATALOG"}  # the bundled catalog: sim models
+        env["PROCTOR_SIM_URL"] = url
+        ws = str(make_workspace(task_dir, tmp / "model"))
+        print(f"workspace {ws} (a fresh git repository)")
+        r = _run("lane", ["lane", "--task", task], 0, env)
+        print(f"lane {r['lane']}: {r['reason']}")
+        r = _run("init", ["init", "--workspace", ws, "--task", task], 0, env)
+        state_dir = r["state_dir"]
+        print(f"state folder {state_dir}; baseline tree {r['baseline_tree']['digest'][:16]}")
+        passed = False
+        for attempt in range(1, max_dispatches + 1):
+            r = _run(
+                f"dispatch {attempt}/{max_dispatches}: --model auto, the cheapest model of the lane, "
+                "through the metering proxy",
+                ["dispatch", "--workspace", ws, "--task", task, "--model", "auto"], (0, 1), env,
+            )
+            if r["lane_switch"]:
+                s = r["lane_switch"]
+                print(f"lane switch {s['from']} -> {s['to']}: {s['reason']}; evidence packet {s['evidence_file']}")
+            print(
+                f"dispatch {r['dispatch_id']}: model {r['model']} (lane {r['lane']}), llm-edit exit {r['exit_code']} "
+                f"in {r['duration_s']:.2f}s;\nthe metering proxy recorded {_lines(r['wire_log'])} exchange(s) in "
+                f"<state folder>/{os.path.relpath(r['wire_log'], state_dir)}"
+            )
+            if r["provider_failure"]:
+                print("the provider failed: the next dispatch tries another provider of the same lane")
+            r = _run("verify", ["verify", "--workspace", ws, "--task", task], (0, 1), env)
+            tail = r["output_tail"].strip().splitlines()[-1]
+            if r["passed"]:
+                print(f"receipt {r['receipt_id']}: passed on tree {r['tree'][:16]}; {tail}")
+                passed = True
+                break
+            print(f"receipt {r['receipt_id']}: failed, fingerprint {str(r.get('fingerprint'))[:16]}; {tail}")
+            if attempt < max_dispatches:
+                print("the model's answer did not pass: dispatch again (three identical failures switch the lane)")
+        if passed:
+            r = _run("accept", ["accept", "--workspace", ws, "--task", task], 0, env)
+            print(f"accepted receipt {r['receipt_id']} for tree {r['tree'][:16]} after {r['dispatches']} dispatch(es)")
+        else:
+            r = _run("accept: the budget ran out without a passing receipt", ["accept", "--workspace", ws, "--task", task], 3, env)
+            print(f"refused: {r['refusal']}: {r['message']}")
+        r = _run("record: what it cost, metered from the wire logs", ["record", "--workspace", ws, "--task", task], 0, env)
+        tokens = r["tokens"] or {}
+        shown = ", ".join(f"{k} {tokens[k]}" for k in ("input", "cached_input", "cache_write", "output", "reasoning"))
+        notional = r["pricing"]["notional"]
+        cost = "unknown" if r["cost"] is None else f"${r['cost']:.6f}"
+        print(f"task record line {r['line']}: {r['dispatches']['count']} dispatch(es), models {r['dispatches']['models']}, "
+              f"accept {r['accept']['state']}")
+        print(f"metered from the wire: {r['exchanges']} exchange(s); tokens: {shown}")
+        print(f"cost {cost} ({r['cost_status']})"
+              + ("; NOTIONAL: the bundled simulator prices are made up, not any real model's" if notional else ""))
+        r = _run("status", ["status", "--workspace", ws], 0, env)
+        print(
+            f"dispatches {r['dispatches']}/{r['max_dispatches']}; lane {r['lane']}; accepted: {r['accepted']}; "
+            f"degraded measurement: {', '.join(r['measurement_degraded']['components']) or 'none'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__)
-    parser.add_argument("--task", default="wordfreq", help="bundled task folder under evals/tasks")
+    parser.add_argument("--task", default="wordfreq", help="bundled task folder for part 1 (the scripted worker)")
+    parser.add_argument("--model-task", default="intervals", help="bundled task folder for part 2 (a model)")
+    parser.add_argument("--seed", type=int, default=0, help="the simulator's seed for part 2")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
-    task_dir = TASKS / args.task
-    task = str(task_dir / "task.json")
-    worker = [sys.executable, str(TASKS / "scripted_worker.py")]
     tmp = Path(tempfile.mkdtemp(prefix="proctor-demo-"))
+    started = time.monotonic()
     try:
-        ws = str(make_workspace(task_dir, tmp))
-        print(f"proctor demo: task {args.task}, workspace {ws} (a fresh git repository)")
-        r = _run("lane: which tier of worker", ["lane", "--task", task], 0)
-        print(f"lane {r['lane']}: {r['reason']}; production entrypoints: {r['production_entrypoints'] or 'none'}")
-        r = _run("init: pin the verifier, seal its inputs outside the workspace", ["init", "--workspace", ws, "--task", task], 0)
-        print(f"state folder {r['state_dir']}\nsealed {r['sealed']}; hidden {r['hidden']}; baseline tree {r['baseline_tree']['digest'][:16]}")
-        r = _run("verify before any work: the sealed verifier must fail", ["verify", "--workspace", ws, "--task", task], 1)
-        print(f"receipt {r['receipt_id']}: passed={r['passed']} exit={r['exit_code']}; {r['output_tail'].strip().splitlines()[-1]}")
-        r = _run("accept now: refused", ["accept", "--workspace", ws, "--task", task], 3)
-        print(f"refused: {r['refusal']}: {r['message']}")
-        r = _run("dispatch the scripted worker", ["dispatch", "--workspace", ws, "--task", task, "--command", "--", *worker], 0)
-        print(f"dispatch {r['dispatch_id']}: exit {r['exit_code']} in {r['duration_s']:.2f}s; tree now {r['tree_after']['digest'][:16]}")
-        r = _run("verify on a fresh copy with the hidden tests laid in", ["verify", "--workspace", ws, "--task", task], 0)
-        print(f"receipt {r['receipt_id']}: passed={r['passed']} on tree {r['tree'][:16]}; {r['output_tail'].strip().splitlines()[-1]}")
-        r = _run("accept: the receipt binds this exact tree", ["accept", "--workspace", ws, "--task", task], 0)
-        print(f"accepted receipt {r['receipt_id']} for tree {r['tree'][:16]} after {r['dispatches']} dispatch(es)")
-        r = _run("status", ["status", "--workspace", ws], 0)
-        print(
-            f"dispatches {r['dispatches']}/{r['max_dispatches']}; orphaned {r['orphaned_dispatch_ids'] or 'none'}; "
-            f"detached {r['detached_dispatch_ids'] or 'none'}; stall suspected: {r['stall_suspected']}; "
-            f"degraded measurement: {', '.join(r['measurement_degraded']['components']) or 'none'}"
-        )
-        r = _run("the journal is an intact chain", ["ledger", "verify", os.path.join(r["state_dir"], "journal.jsonl")], 0)
-        print(f"journal: {r['lines']} lines, head {r['head'][:16]}")
-        print("\nproctor demo: done")
+        part_one(args.task, tmp)
+        part_two(args.model_task, args.seed, tmp)
+        print(f"\nproctor demo: done in {time.monotonic() - started:.1f}s")
     finally:
         if args.keep:
             print(f"kept {tmp}")

@@ -578,6 +578,8 @@ class ChainedLog:
         self._tail: _Tail | None = None
         self._seed_checked: tuple[int, int] | None = None
         self._mutex = threading.Lock()
+        self._appended = 0
+        self._appended_head: str | None = None
 
     # ---- opening and the tail
 
@@ -740,6 +742,16 @@ class ChainedLog:
 
     # ---- public
 
+    @property
+    def appended(self) -> int:
+        """Lines this writer appended (in memory: what it wrote, whatever the file now says)."""
+        return self._appended
+
+    @property
+    def appended_head(self) -> str | None:
+        """The sha256 of the last line this writer appended, or None before its first append."""
+        return self._appended_head
+
     def append(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Append one record; returns it as written (with `prev`, and `seed` on the first line)."""
         return self.append_many([record])[0]
@@ -770,6 +782,8 @@ class ChainedLog:
                 data = b"\n".join(lines) + b"\n"
                 self._tail = None
                 _write_all(fd, data, self.path)
+                self._appended += len(lines)
+                self._appended_head = head
                 os.fsync(fd)
                 if created:
                     fsync_dir(os.path.dirname(os.path.abspath(self.path)))

@@ -25,6 +25,12 @@ is relayed chunk by chunk as it arrives and recorded when it ends. An
 unreachable upstream is a 502 (a timeout a 504) with an OpenAI-shaped error
 body, recorded with `status: null` and `error_code` transport (timeout).
 
+The proxy keeps in memory what it wrote: the lines it appended, the sha256
+of its last line, and how many of its appends found a line it did not write
+at the end of the log (`ProxyHandle.wire_lines`, `wire_head`,
+`wire_interleaved`). A client that can write the log's folder could otherwise
+add or rewrite records, and the file alone could not tell.
+
 The proxy listens on loopback only, HTTP/1.1 with keep-alive, and never retries
 or follows redirects. It changes no request: an OpenAI chat stream reports its
 usage only when the client asked for it (`stream_options.include_usage`), and
@@ -51,7 +57,7 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 
 from harness.errors import Refusal
-from harness.evidence.chain import verify_log
+from harness.evidence.chain import seed_hash, verify_log
 from harness.evidence.clock import Clock
 from harness.evidence.fsutil import atomic_write
 from harness.meter.exchange import (
@@ -88,8 +94,12 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, address: tuple[str, int], upstream: str, wire: WireLog, client: httpx.Client) -> None:
+    def __init__(
+        self, address: tuple[str, int], upstream: str, wire: WireLog, client: httpx.Client, base_head: str
+    ) -> None:
         self.upstream_origin = upstream
+        self.base_head = base_head
+        """The head the proxy's first line must chain onto: the log's head at start (the seed's hash if new)."""
         self.wire = wire
         self.client = client
         self.clock = Clock()
@@ -98,6 +108,10 @@ class _Server(ThreadingHTTPServer):
         self.closing = False
         self.exchanges = 0
         self.failures = 0
+        self.write_lock = threading.Lock()
+        self.wire_lines = 0
+        self.wire_head: str | None = None
+        self.wire_interleaved = 0
         self.conns: set[socket.socket] = set()
         super().__init__(address, _Handler)
 
@@ -122,16 +136,30 @@ class _Server(ThreadingHTTPServer):
         sys.stderr.write(f"proctor wire proxy: a connection failed: {type(exc).__name__}\n")
 
     def record(self, **kwargs: Any) -> bool:
-        """Append one wire record; on failure count it and say so on stderr (never a secret)."""
-        try:
-            self.wire.append_raw(via="proxy", **kwargs)
-        except (Refusal, OSError) as exc:
+        """Append one wire record; on failure count it and say so on stderr (never a secret).
+
+        What the proxy wrote is kept in memory (`wire_lines`, `wire_head`), and
+        an append that did not chain onto the proxy's own previous line (for the
+        first, onto the log's head when the proxy started) counts in
+        `wire_interleaved`: someone else wrote to the log in between. The log's
+        folder may be writable by the client (a dispatched worker), so the file
+        alone cannot say what the proxy recorded.
+        """
+        with self.write_lock:  # appends are serialized by the log anyway; this pairs each with its head
+            try:
+                written = self.wire.append_raw(via="proxy", **kwargs)
+            except (Refusal, OSError) as exc:
+                with self.cond:
+                    self.failures += 1
+                sys.stderr.write(f"proctor wire proxy: could not record an exchange: {exc}\n")
+                return False
+            expected_prev = self.wire_head if self.wire_head is not None else self.base_head
             with self.cond:
-                self.failures += 1
-            sys.stderr.write(f"proctor wire proxy: could not record an exchange: {exc}\n")
-            return False
-        with self.cond:
-            self.exchanges += 1
+                if written.get("prev") != expected_prev:
+                    self.wire_interleaved += 1
+                self.wire_lines = self.wire.appended
+                self.wire_head = self.wire.appended_head
+                self.exchanges += 1
         return True
 
 
@@ -366,6 +394,24 @@ class ProxyHandle:
         """Exchanges that could not be recorded."""
         return self._server.failures
 
+    @property
+    def wire_lines(self) -> int:
+        """Lines the proxy appended to its wire log, counted in memory."""
+        with self._server.cond:
+            return self._server.wire_lines
+
+    @property
+    def wire_head(self) -> str | None:
+        """The sha256 of the last line the proxy appended (None before its first)."""
+        with self._server.cond:
+            return self._server.wire_head
+
+    @property
+    def wire_interleaved(self) -> int:
+        """Appends that found a line the proxy did not write at the end of its log."""
+        with self._server.cond:
+            return self._server.wire_interleaved
+
     def close(self, wait_s: float = _CLOSE_WAIT_S) -> dict[str, Any]:
         """Stop accepting, let exchanges in flight finish (up to `wait_s`), then close every connection."""
         srv = self._server
@@ -393,6 +439,7 @@ class ProxyHandle:
             "url": self.url, "origin": self.origin, "port": self.port, "upstream": self.upstream,
             "out": self.out, "name": self.name, "seed": wire_seed(self.name),
             "exchanges": self.exchanges, "record_failures": self.failures,
+            "wire_lines": self.wire_lines, "wire_head": self.wire_head, "wire_interleaved": self.wire_interleaved,
         }
 
     def __enter__(self) -> ProxyHandle:
@@ -421,15 +468,18 @@ def _check_host(host: str) -> None:
         raise Refusal("proxy_not_loopback", f"the proxy listens on loopback only, not {host!r}")
 
 
-def _check_out(out: str, name: str) -> None:
+def _check_out(out: str, name: str) -> str:
+    """Refuse a missing folder or a damaged log; returns the head the proxy's first line will chain onto."""
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         raise Refusal("folder_missing", "the wire log's folder does not exist", out)
-    if os.path.lexists(out):
-        status = verify_log(out, wire_seed(name))
-        if status.problem is not None:
-            code = "log_torn_tail" if status.problem.kind == "torn_tail" else "log_broken"
-            raise Refusal(code, status.problem.message, out, line=status.problem.line, kind=status.problem.kind)
+    if not os.path.lexists(out):
+        return seed_hash(wire_seed(name))
+    status = verify_log(out, wire_seed(name))
+    if status.problem is not None:
+        code = "log_torn_tail" if status.problem.kind == "torn_tail" else "log_broken"
+        raise Refusal(code, status.problem.message, out, line=status.problem.line, kind=status.problem.kind)
+    return status.head
 
 
 def start_proxy(
@@ -450,7 +500,7 @@ def start_proxy(
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise Refusal("proxy_port_unavailable", f"port {port!r} is not in 0-65535")
     out_path = os.fspath(out)
-    _check_out(out_path, name)
+    base_head = _check_out(out_path, name)
     client = httpx.Client(
         timeout=httpx.Timeout(timeout_s, connect=30.0), follow_redirects=False, trust_env=False,
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
@@ -458,7 +508,7 @@ def start_proxy(
     for default in ("user-agent", "accept"):  # send only what the client sent
         del client.headers[default]
     try:
-        server = _Server((host, port), origin, WireLog(out_path, name), client)
+        server = _Server((host, port), origin, WireLog(out_path, name), client, base_head)
     except OSError as exc:
         client.close()
         raise Refusal("proxy_port_unavailable", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -202,6 +202,16 @@ class WireLog:
         self.name = name
         self._log = ChainedLog(self.path, wire_seed(name))
 
+    @property
+    def appended(self) -> int:
+        """Records this writer appended (counted in memory, not read back from the file)."""
+        return self._log.appended
+
+    @property
+    def appended_head(self) -> str | None:
+        """The sha256 of the last line this writer appended (None before the first)."""
+        return self._log.appended_head
+
     def append_exchange(self, exchange: Exchange, via: str = "direct") -> dict[str, Any]:
         """Record an adapter's exchange; its `raw_response` is taken as the decoded body."""
         req = exchange.request

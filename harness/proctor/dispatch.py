@@ -116,27 +116,55 @@ def metering_proxy(upstream: str, out: str, name: str) -> Iterator[dict[str, Any
         metering["proxy"] = proxy.close()
 
 
-def _wire_end(metering: dict[str, Any]) -> dict[str, Any]:
-    """The wire log as the proxy left it: lines and head hash (checked again by `proctor record`).
+def _wire_end(metering: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The wire log as the proxy wrote it, and why the file differs from that (None when it does not).
 
-    The proxy's own counts are recorded beside them: a log whose lines differ
-    from the exchanges the proxy recorded was written by someone else.
+    `lines` and `head` are the proxy's in-memory tally of the lines it appended
+    and the sha256 of its last one, never read back from the file: the log
+    lives in the dispatch folder, which the worker (the same user) can write
+    while it runs, so a worker could append or rewrite correctly chained
+    records. `interleaved` counts the proxy's appends that found a line it had
+    not written at the end of the log. `file_lines`, `file_head` and `problem`
+    are what the file verifies to now. `proctor record` later requires the file
+    to end at the same `lines` and `head`.
     """
     from harness.evidence.chain import verify_log
     from harness.meter.wire import wire_seed
 
     path = metering["wire_log"]
     summary = metering["proxy"]
+    lines, head, interleaved = summary["wire_lines"], summary["wire_head"], summary["wire_interleaved"]
     out: dict[str, Any] = {
         "path": path,
         "exchanges": summary.get("exchanges"),
         "record_failures": summary.get("record_failures"),
+        "lines": lines,
+        "head": head,
+        "interleaved": interleaved,
     }
-    if not os.path.lexists(path):
-        return {**out, "lines": 0, "head": None}
-    status = verify_log(path, wire_seed(metering["wire_name"]))
-    problem = None if status.problem is None else status.problem.to_json()
-    return {**out, "lines": status.lines, "head": status.head, "problem": problem}
+    file_lines: int | None = 0
+    file_head: str | None = None
+    problem: dict[str, Any] | None = None
+    if os.path.lexists(path):
+        try:
+            status = verify_log(path, wire_seed(metering["wire_name"]))
+        except Refusal as exc:  # replaced by a folder, a FIFO, a dangling link
+            file_lines, problem = None, {"kind": exc.code, "message": exc.message}
+        else:
+            file_lines, file_head = status.lines, (status.head if status.lines else None)
+            problem = None if status.problem is None else status.problem.to_json()
+    out.update(file_lines=file_lines, file_head=file_head, problem=problem)
+    why: str | None = None
+    if problem is not None:
+        why = f"it does not verify: {problem['message']}"
+    elif (file_lines, file_head) != (lines, head):
+        why = (
+            f"it holds {file_lines} line(s) ending in {str(file_head)[:16]}, "
+            f"the proxy wrote {lines} ending in {str(head)[:16]}"
+        )
+    elif interleaved:
+        why = f"{interleaved} of the proxy's appends found a line it had not written at the end of the log"
+    return out, why
 
 
 @dataclass(frozen=True)
@@ -245,6 +273,24 @@ def _lane_switch(gate: Gate, esc: EscalationState, dispatch_id: str, folder: str
         "evidence_sha256": sha256_hex(data),
     }
     return switch, render_evidence(packet, path)
+
+
+def _refuse_tampering(
+    gate: Gate, dispatch_id: str, changed: list[str], wire: dict[str, Any] | None, wire_forged: str | None
+) -> None:
+    """Journal `state_tampered` and refuse: the worker changed the state folder or its wire log."""
+    reasons = []
+    paths = list(changed)
+    if wire is not None and wire_forged is not None:
+        reasons.append(f"the wire log {wire['path']} is not what the metering proxy wrote: {wire_forged}")
+        paths.insert(0, wire["path"])
+    if changed:
+        reasons.append(f"the worker changed the proctor's state folder: {', '.join(changed)}")
+    details: dict[str, Any] = {"paths": paths}
+    if wire_forged is not None:
+        details["wire_log"] = wire_forged
+    gate.record("state_tampered", dispatch_id=dispatch_id, **details)
+    raise Refusal("state_tampered", "; ".join(reasons), paths[0], **details)
 
 
 def dispatch(
@@ -366,6 +412,7 @@ def dispatch(
                 gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
                 raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
+        wire, wire_forged = _wire_end(metering) if "proxy" in metering else (None, None)
         tree = tree_signature(gate.workspace)
         end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
         gate.record(
@@ -375,17 +422,11 @@ def dispatch(
             output_sha256=sha256_hex(read_bytes(output)),
             tree_after=tree.digest,
             provider_failure=is_provider_failure(end),
-            **({"wire": _wire_end(metering)} if "proxy" in metering else {}),
+            **({"wire": wire} if wire is not None else {}),
             **result.to_json(),
         )
-        if tampered:
-            gate.record("state_tampered", dispatch_id=dispatch_id, paths=tampered)
-            raise Refusal(
-                "state_tampered",
-                f"the worker changed the proctor's state folder: {', '.join(tampered)}",
-                tampered[0],
-                paths=tampered,
-            )
+        if tampered or wire_forged:
+            _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
     return {
         "ok": result.exit_code == 0 and not result.timed_out,
         "dispatch_id": dispatch_id,

@@ -8,8 +8,9 @@ metered:
 
 - `wire`: from the wire logs given with `--wire`, or by default from every
   dispatch's own wire log named in the journal (a `--model` dispatch runs
-  behind the metering proxy). A journal wire log must still have the lines
-  and head hash its dispatch recorded (`wire_log_tampered` otherwise).
+  behind the metering proxy). A journal wire log must still end at the line
+  count and head hash the proxy itself wrote, as its dispatch recorded them
+  from the proxy's memory (`wire_log_tampered` otherwise).
 - `flat_rate`: a dispatched task with no wire log at all: `cost` is null with
   `cost_status: "flat_rate"` (an agent on a subscription, or a scripted
   worker): it says so rather than pretending to know.
@@ -90,7 +91,12 @@ def _journal_wire_logs(gate: Gate) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _check_wire_log(log: dict[str, Any]) -> dict[str, Any]:
-    """Lines and head of a wire log; a journal log must match what its dispatch recorded."""
+    """Lines and head of a wire log; a journal log must be exactly what its dispatch's proxy wrote.
+
+    The dispatch recorded the proxy's in-memory tally (`lines`, `head`: what it
+    appended, never read back from the file) and `interleaved` (appends that
+    found someone else's line at the end of the log).
+    """
     from harness.meter.wire import wire_seed
 
     path = log["path"]
@@ -100,7 +106,7 @@ def _check_wire_log(log: dict[str, Any]) -> dict[str, Any]:
         status = verify_log(path, wire_seed(log["name"]) if log.get("name") else None)
         if status.problem is not None:
             raise Refusal("wire_log_broken", status.problem.message, path, line=status.problem.line)
-        status_lines, head = status.lines, status.head
+        status_lines, head = status.lines, (status.head if status.lines else None)
     expected = log.get("expected")
     if log.get("dispatch_id") is not None:
         if expected is None:
@@ -110,15 +116,23 @@ def _check_wire_log(log: dict[str, Any]) -> dict[str, Any]:
                 "give it with --wire to meter it as it stands",
                 path,
             )
-        if (status_lines, head) != (expected.get("lines"), expected.get("head")) or (
-            expected.get("exchanges") is not None and expected["exchanges"] != status_lines
+        if (
+            (status_lines, head) != (expected.get("lines"), expected.get("head"))
+            or (expected.get("exchanges") is not None and expected["exchanges"] != status_lines)
+            or expected.get("interleaved")
         ):
             raise Refusal(
                 "wire_log_tampered",
-                f"the wire log of dispatch {log['dispatch_id']} has {status_lines} lines, "
-                f"the proxy recorded {expected.get('exchanges')} (journal: {expected.get('lines')} lines, head "
-                f"{str(expected.get('head'))[:16]})",
+                f"the wire log of dispatch {log['dispatch_id']} has {status_lines} line(s) ending in "
+                f"{str(head)[:16]}; its metering proxy wrote {expected.get('lines')} ending in "
+                f"{str(expected.get('head'))[:16]}"
+                + (f", and {expected['interleaved']} of its appends found lines it had not written"
+                   if expected.get("interleaved") else ""),
                 path,
+                expected_lines=expected.get("lines"),
+                expected_head=expected.get("head"),
+                lines=status_lines,
+                head=head,
             )
     return {"path": path, "dispatch_id": log.get("dispatch_id"), "lines": status_lines, "head": head}
 
