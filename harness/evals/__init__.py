@@ -1,0 +1,29 @@
+"""Eval suites: answer-stripped packets, sealed private parts, and the HumanEval verifier.
+
+The suite layout and its strict reader live in `harness.evals.suite`; the
+builders in `harness.evals.humaneval` and `harness.evals.tasks`; verifying a
+HumanEval answer (extraction, the warm verifier, item receipts) in
+`harness.evals.verify_humaneval`.
+"""
+
+from harness.evals.suite import (
+    FORBIDDEN_KEYS,
+    Packet,
+    PacketItem,
+    PrivateItem,
+    Suite,
+    load_packet,
+    load_private,
+    load_suite,
+)
+
+__all__ = [
+    "FORBIDDEN_KEYS",
+    "Packet",
+    "PacketItem",
+    "PrivateItem",
+    "Suite",
+    "load_packet",
+    "load_private",
+    "load_suite",
+]

