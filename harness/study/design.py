@@ -50,8 +50,8 @@ Example (every key is listed here; anything else is refused)::
     full_repeats = 3                 # repeats the `full` scope plans
 
     [analysis]
-    alpha = 0.05
-    power = 0.8
+    alpha = 0.05                     # in (0, 0.5]
+    power = 0.8                      # in (0.5, 1)
     test = "paired_tost"             # or "independent_tost"
     clustering = "item"
 
@@ -62,7 +62,12 @@ Example (every key is listed here; anything else is refused)::
     margin = 0.10
     expected_a = 0.60
     expected_b = 0.65
-    correlation = 0.5
+    correlation = 0.5                # of the two systems' per-item outcomes
+
+A comparison names two different registered systems and an arm that some
+stage runs for both (or it could never be compared), at most once per pair
+and arm. Integers are TOML's (at most 2^63-1); numbers are finite (`inf`
+and `nan` literals are refused); a bool is never a number.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ __all__ = [
     "RunRules",
     "Stage",
     "System",
+    "design_from_bytes",
     "load_design",
     "parse_design",
 ]
@@ -92,6 +98,8 @@ __all__ = [
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 TESTS = ("paired_tost", "independent_tost")
+MAX_DESIGN_BYTES = 1024 * 1024
+_INT_MAX = 2**63 - 1  # TOML's integer range; tomllib itself accepts any size
 
 
 @dataclass(frozen=True)
@@ -198,16 +206,27 @@ class Design:
 def load_design(path: str | os.PathLike[str]) -> Design:
     """Read `design.toml` once, hash its bytes and validate it strictly."""
     where = os.path.abspath(os.fspath(path))
-    raw = read_bytes(where, max_bytes=1024 * 1024)
+    return design_from_bytes(read_bytes(where, max_bytes=MAX_DESIGN_BYTES), where)
+
+
+def design_from_bytes(raw: bytes, path: str) -> Design:
+    """Validate `design.toml` bytes exactly as read (so the sha256 is of what was parsed).
+
+    Args:
+        raw: the file's bytes.
+        path: the absolute path they were read from (the packet path is relative to it).
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", where) from None
+        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", path) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise Refusal("design_invalid", f"not valid TOML: {exc}", where) from None
-    return parse_design(doc, path=where, sha256=sha256_hex(raw))
+        raise Refusal("design_invalid", f"not valid TOML: {exc}", path) from None
+    except RecursionError:  # tomllib recurses on nested arrays and inline tables
+        raise Refusal("design_invalid", "not valid TOML: nested too deeply", path) from None
+    return parse_design(doc, path=path, sha256=sha256_hex(raw))
 
 
 class _Reader:
@@ -245,16 +264,25 @@ class _Reader:
         return value
 
     def integer(self, value: Any, where: str, *, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.bad(f"{where} must be an integer >= {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _INT_MAX:
+            raise self.bad(f"{where} must be an integer in [{minimum}, 2^63-1]")
         return value
 
-    def number(self, value: Any, where: str, *, low: float, high: float = math.inf, open_low: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    def number(
+        self, value: Any, where: str, *, low: float, high: float = math.inf,
+        open_low: bool = False, open_high: bool = False,
+    ) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.bad(f"{where} must be a finite number")
-        if value < low or value > high or (open_low and value == low):
-            raise self.bad(f"{where} must be in {'(' if open_low else '['}{low}, {high}]")
-        return float(value)
+        try:
+            number = float(value)  # an integer beyond a float's range overflows here
+        except OverflowError:
+            raise self.bad(f"{where} must be a finite number") from None
+        if not math.isfinite(number):
+            raise self.bad(f"{where} must be a finite number")
+        if number < low or number > high or (open_low and number == low) or (open_high and number == high):
+            raise self.bad(f"{where} must be in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}")
+        return number
 
     def ids(self, value: Any, where: str, known: set[str]) -> tuple[str, ...]:
         if not isinstance(value, list) or not value:
@@ -379,6 +407,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
     if clustering not in ("item", "none"):
         raise r.bad("analysis.clustering must be 'item' or 'none'")
     comparisons: list[Comparison] = []
+    compared: set[tuple[frozenset[str], str]] = set()
     for i, entry in enumerate(r.array(a, "comparisons")):
         where = f"analysis.comparisons[{i}]"
         keys = {"a", "b", "arm", "margin", "expected_a", "expected_b", "correlation"}
@@ -389,6 +418,12 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
         arm = r.ident(entry["arm"], f"{where}.arm")
         if arm not in arm_ids:
             raise r.bad(f"{where}.arm names an unknown arm")
+        pair = (frozenset((cmp_a, cmp_b)), arm)
+        if pair in compared:
+            raise r.bad(f"{where} repeats an earlier comparison of {cmp_a} and {cmp_b} on arm {arm}")
+        compared.add(pair)
+        if not any(cmp_a in s.systems and cmp_b in s.systems and arm in s.arms for s in stages):
+            raise r.bad(f"{where}: no stage runs both {cmp_a} and {cmp_b} on arm {arm}, so it could never be compared")
         comparisons.append(Comparison(
             a=cmp_a, b=cmp_b, arm=arm,
             margin=r.number(entry["margin"], f"{where}.margin", low=0.0, high=1.0, open_low=True),
@@ -410,7 +445,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
         budgets=budgets,
         run=run,
         alpha=r.number(a["alpha"], "analysis.alpha", low=0.0, high=0.5, open_low=True),
-        power=r.number(a["power"], "analysis.power", low=0.5, high=1.0, open_low=True),
+        power=r.number(a["power"], "analysis.power", low=0.5, high=1.0, open_low=True, open_high=True),
         test=test,
         clustering=clustering,
         comparisons=tuple(comparisons),
