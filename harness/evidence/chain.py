@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from harness.errors import Refusal
 from harness.evidence.fsutil import fsync_dir
-from harness.evidence.jsonio import MAX_DEPTH, canonical_bytes, loads_strict, sha256_hex
+from harness.evidence.jsonio import MAX_DEPTH, canonical_bytes, file_kind, loads_strict, sha256_hex
 
 __all__ = [
     "PROBLEM_KINDS",
@@ -392,20 +392,6 @@ def _scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
 # Opening files
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "folder"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISCHR(mode):
-        return "character device"
-    if stat.S_ISBLK(mode):
-        return "block device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
-
-
 def _open_regular(path: str, flags: int) -> int:
     """Open an existing regular file without blocking; refuse anything else by name."""
     try:
@@ -431,7 +417,7 @@ def _open_regular(path: str, flags: int) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refusal("not_a_regular_file", f"a {_kind(st.st_mode)}, not a regular file", path)
+            raise Refusal("not_a_regular_file", f"a {file_kind(st.st_mode)}, not a regular file", path)
     except BaseException:
         os.close(fd)
         raise

@@ -29,6 +29,7 @@ __all__ = [
     "Loaded",
     "canonical_bytes",
     "canonical_line",
+    "file_kind",
     "loads_strict",
     "read_bytes",
     "read_json",
@@ -93,7 +94,7 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> b
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refusal("not_a_regular_file", f"a {_kind(st.st_mode)}, not a regular file", p)
+            raise Refusal("not_a_regular_file", f"a {file_kind(st.st_mode)}, not a regular file", p)
         if st.st_size > max_bytes:
             raise Refusal("file_too_large", f"{st.st_size} bytes, limit {max_bytes}", p)
         chunks: list[bytes] = []
@@ -111,7 +112,8 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> b
         os.close(fd)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """A person's name for the kind of file `mode` describes."""
     if stat.S_ISDIR(mode):
         return "folder"
     if stat.S_ISFIFO(mode):
