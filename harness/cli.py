@@ -35,6 +35,27 @@ class _Parser(argparse.ArgumentParser):
 # --- handlers (each imports what it uses) -----------------------------------
 
 
+def _run(args: argparse.Namespace) -> dict[str, Any]:
+    """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.study.runner.run_stage`)."""
+    from harness.study.runner import RunProgress, run_stage
+
+    def show(p: RunProgress) -> None:
+        parts = [f"{s.system}: {s.items_admitted} admitted, {s.attempts} attempts, {s.standing}/{s.cells} stand, "
+                 f"${s.spend_usd:.6f}/${s.cap_usd:g} ({s.state})" for s in p.systems]
+        sys.stderr.write(f"[{p.stage}] total ${p.total_usd:.6f} / ceiling ${p.ceiling_usd:g}"
+                         f"{' CROSSED' if p.crossed else ''} | " + " | ".join(parts) + "\n")
+
+    summary = run_stage(
+        args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
+        preflight=args.preflight, progress=None if args.json else show,
+    )
+    result = summary.to_json()
+    if not args.json and not args.dry_run:
+        result.pop("cells")
+    result["_exit"] = summary.exit_code
+    return result
+
+
 def _lane(args: argparse.Namespace) -> dict[str, Any]:
     from harness.proctor.lanes import choose_lane
     from harness.proctor.task import load_task
@@ -354,6 +375,15 @@ def _parser() -> _Parser:
     p.add_argument("--stage", help="schedule only this stage's runs (the log's seed must name it)")
     p.add_argument("--transport-retries", type=int, default=3, choices=(0, 1, 2, 3),
                    help="retries after a transport-class error, as registered (default 3: four attempts)")
+
+    p = add("run", _run, "Run (or continue) a stage of a frozen preregistration: lanes, admission, ceiling, "
+            "verification (the same call as notebooks/run_study.ipynb).")
+    p.add_argument("prereg", help="the frozen preregistration folder")
+    p.add_argument("--stage", required=True, help="the registered stage to run")
+    p.add_argument("--results", required=True, help="the results root (the stage runs into RESULTS/<study>/<stage>)")
+    p.add_argument("--dry-run", action="store_true", help="list what stands and the next attempt owed; no call")
+    p.add_argument("--preflight", action="store_true", help="report every problem that would stop the run")
+    p.add_argument("--resume-paused", action="store_true", help="lift the pauses logged before this invocation")
 
     prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend.")
     psub = prereg.add_subparsers(dest="prereg_cmd", required=True, metavar="ACTION", parser_class=_Parser)
