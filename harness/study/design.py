@@ -48,6 +48,8 @@ Example (every key is listed here; anything else is refused)::
     transport_retries = 3
     max_output_tokens = 1024         # the provider's transport cap
     full_repeats = 3                 # repeats the `full` scope plans
+    anchor_remote = "../anchors.git" # optional: push each anchor's snapshot there (git, never forced)
+    anchor_timeout_s = 120           # optional: how long one push may take
 
     [analysis]
     alpha = 0.05                     # in (0, 0.5]
@@ -153,6 +155,9 @@ class RunRules:
     transport_retries: int
     max_output_tokens: int
     full_repeats: int
+    anchor_remote: str | None = None
+    """A git remote (URL or path) that each anchor's snapshot is pushed to, without force."""
+    anchor_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -382,7 +387,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
             raise r.bad(f"budgets: the reserve per item exceeds system {s.slot}'s cap: no item could be admitted")
 
     run_t = r.table(doc, "run", {"lanes_per_system", "attempt_deadline_s", "reruns", "transport_retries",
-                                 "max_output_tokens", "full_repeats"},
+                                 "max_output_tokens", "full_repeats", "anchor_remote", "anchor_timeout_s"},
                     required={"lanes_per_system", "attempt_deadline_s", "reruns", "transport_retries",
                               "max_output_tokens", "full_repeats"})
     run = RunRules(
@@ -392,6 +397,8 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
         transport_retries=r.integer(run_t["transport_retries"], "run.transport_retries", minimum=0),
         max_output_tokens=r.integer(run_t["max_output_tokens"], "run.max_output_tokens", minimum=1),
         full_repeats=r.integer(run_t["full_repeats"], "run.full_repeats", minimum=1),
+        anchor_remote=None if "anchor_remote" not in run_t else r.text(run_t["anchor_remote"], "run.anchor_remote"),
+        anchor_timeout_s=r.number(run_t.get("anchor_timeout_s", 120.0), "run.anchor_timeout_s", low=0.0, open_low=True),
     )
     if run.reruns > 2:
         raise r.bad("run.reruns: at most two reruns per arm")

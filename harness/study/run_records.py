@@ -144,6 +144,7 @@ ACTIONS: Final = ("stand", "rerun", "pause", "stop")
 STOP_CAUSES: Final = ("harness", "inconclusive", "deadline", "ceiling", "interrupt", "runner-error", "sampler")
 RUN_EVENTS: Final = (
     "start", "attempt", "lane", "stop", "pause", "resume_paused", "signal", "ceiling", "late_cost", "end",
+    "anchor_push",
 )
 LOGS: Final = ("attempts", "finals", "run", "admission", "host", "anchors", "wire")
 """The chained logs of a stage folder (`<name>.jsonl`)."""

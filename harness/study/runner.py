@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -59,6 +60,7 @@ from harness.meter.wire import WireLog
 from harness.providers.base import Exchange, GenerationSettings, ProviderRequest
 from harness.providers.registry import adapter_for
 from harness.providers.transport import Transport
+from harness.study import anchor_push
 from harness.study import anchors as anchors_mod
 from harness.study import host as host_mod
 from harness.study.attempts import PlanRequest, attempt_from_exchange, error_attempt, read_plan
@@ -209,6 +211,7 @@ class _Engine:
         self._private: Any = None
         self.transport: Transport | None = None
         self.signals = 0
+        self.pushes: list[threading.Thread] = []
 
     # ---- bookkeeping under the lock
 
@@ -532,7 +535,38 @@ class _Engine:
         manifests = {"plan.jsonl": os.path.join(f, "plan.jsonl"),
                      "FROZEN.json": os.path.join(self.s.frozen.path, "FROZEN.json"), "pricing": self.s.pricing_path}
         with self.lock:
-            self.logs["anchors"].append(anchors_mod.anchor_record(self.clock.now(), reason, logs, manifests))
+            record = self.logs["anchors"].append(anchors_mod.anchor_record(self.clock.now(), reason, logs, manifests))
+            remote = self.s.design.run.anchor_remote
+            if remote is None:
+                return
+            # The snapshot is taken under the lock, so no half-written line is pushed.
+            clone = anchor_push.clone_path(f)
+            snapshot = f"{clone}.snapshot-{record['prev'][:12]}"
+            anchor_push.take_snapshot(f, snapshot)
+        thread = threading.Thread(
+            target=self._push_anchor, args=(snapshot, remote, clone, reason), name="proctor-anchor", daemon=True
+        )
+        thread.start()
+        self.pushes.append(thread)
+
+    def _push_anchor(self, snapshot: str, remote: str, clone: str, reason: str) -> None:
+        """Commit and push one snapshot in the background; the outcome goes to the run log."""
+        design = self.s.design
+        target = f"{self.study}/{self.stage}"
+        if not os.path.isabs(remote) and "://" not in remote:
+            remote = os.path.normpath(os.path.join(os.path.dirname(design.path), remote))
+        try:
+            outcome = anchor_push.push_snapshot(
+                snapshot, remote, target, label=reason, clone=clone, timeout_s=design.run.anchor_timeout_s
+            )
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+        self.event("anchor_push", reason=reason, **outcome)
+
+    def join_pushes(self) -> None:
+        """Wait for background anchor pushes (each bounded by its own timeout)."""
+        for thread in self.pushes:
+            thread.join(self.s.design.run.anchor_timeout_s * 4 + 5)
 
     def on_signal(self, signum: int) -> None:
         self.signals += 1
@@ -709,6 +743,7 @@ def run_stage(
         code = 0 if complete else 1
         engine.event("end", exit_code=code, complete=complete, stops=engine.stops)
         engine.anchor("end")
+        engine.join_pushes()
         return RunSummary(complete, code, "run", d.study_id, stage, setup.folder, complete, engine.progress(),
                           stops=tuple(engine.stops), cells=cells)
 
