@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -312,6 +319,384 @@ def test_timeout_and_refused_connection_are_data(server: ProviderServer) -> None
         assert ex.status is None and ex.raw_response == b"" and ex.response_sha256 == sha256_hex(b"")
         assert ex.parsed.error_message and ex.meta["exception"]
         assert ex.started <= ex.ended
+
+
+class _EchoServer(ThreadingHTTPServer):
+    """Answers each Chat Completions POST with its own prompt as the text, after `delay_s`
+    (or trickling the body over ~1 s when `trickle`); counts connections and requests in flight."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _EchoHandler)
+        self.lock = threading.Lock()
+        self.delay_s, self.trickle = 0.0, False
+        self.open = self.in_flight = self.peak = 0
+        self.ports: set[int] = set()
+        self.prompts: list[str] = []  # in the order they arrived
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up is expected here."""
+
+
+class _EchoHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _EchoServer
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.open += 1
+            self.server.ports.add(self.client_address[1])
+
+    def finish(self) -> None:
+        with self.server.lock:
+            self.server.open -= 1
+        super().finish()
+
+    def do_POST(self) -> None:
+        echo = self.server
+        prompt = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["messages"][-1]["content"]
+        with echo.lock:
+            echo.in_flight += 1
+            echo.peak = max(echo.peak, echo.in_flight)
+            echo.prompts.append(prompt)
+        time.sleep(echo.delay_s)
+        with echo.lock:
+            echo.in_flight -= 1
+        message = {"role": "assistant", "content": prompt}
+        body = json.dumps({"id": f"echo-{prompt}", "choices": [{"message": message, "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        step = max(1, len(body) // 10) if echo.trickle else len(body)
+        for start in range(0, len(body), step):
+            if echo.trickle:
+                time.sleep(0.1)  # well within the client's per-read timeout
+            self.wfile.write(body[start : start + step])
+            self.wfile.flush()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def echo() -> Iterator[_EchoServer]:
+    server = _EchoServer()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _ask(echo: _EchoServer, prompt: str) -> Any:
+    return adapter_for("openai_chat").build_request("m-1", prompt, GenerationSettings(), echo.url)
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_many_concurrent_asends_each_get_their_own_response(echo: _EchoServer) -> None:
+    echo.delay_s = 0.2
+    prompts = [f"prompt {i}" for i in range(48)]
+
+    async def go() -> list[Exchange]:
+        async with Transport(timeout_s=10, max_connections=8) as transport:
+            return list(await asyncio.gather(*(transport.asend(_ask(echo, p), SECRET) for p in prompts)))
+
+    exchanges = asyncio.run(go())
+    assert [ex.parsed.text for ex in exchanges] == prompts
+    assert all(ex.status == 200 and ex.parsed.request_id == f"echo-{ex.parsed.text}" for ex in exchanges)
+    assert echo.peak == 8 and len(echo.ports) == 8  # max_connections in all, each connection kept alive
+
+
+def test_many_threads_each_get_their_own_response(echo: _EchoServer) -> None:
+    echo.delay_s = 0.2
+    prompts = [f"prompt {i}" for i in range(24)]
+    with Transport(timeout_s=10, max_connections=4) as transport, ThreadPoolExecutor(len(prompts)) as pool:
+        exchanges = list(pool.map(lambda p: transport.send(_ask(echo, p), SECRET), prompts))
+    assert [ex.parsed.text for ex in exchanges] == prompts and all(ex.status == 200 for ex in exchanges)
+    assert echo.peak == 4 and len(echo.ports) == 4
+
+
+def test_a_lone_caller_keeps_one_connection(echo: _EchoServer) -> None:
+    transport = Transport(timeout_s=10)
+
+    async def go(run: int) -> list[str | None]:
+        return [(await transport.asend(_ask(echo, f"{run}.{i}"), SECRET)).parsed.text for i in range(4)]
+
+    assert asyncio.run(go(1)) == ["1.0", "1.1", "1.2", "1.3"]
+    assert asyncio.run(go(2)) == ["2.0", "2.1", "2.2", "2.3"]  # a new event loop gets its own connections
+    assert [transport.send(_ask(echo, f"s.{i}"), SECRET).parsed.text for i in range(4)] == [f"s.{i}" for i in range(4)]
+    transport.close()
+    assert len(echo.ports) == 3  # one per event loop, one for the sync caller
+
+
+def test_waiting_for_a_free_connection_times_out_as_data(echo: _EchoServer) -> None:
+    echo.trickle = True  # the first answer takes ~1 s, every read well within timeout_s
+
+    async def go() -> list[Exchange]:
+        async with Transport(timeout_s=0.6, max_connections=1) as transport:
+            return list(await asyncio.gather(transport.asend(_ask(echo, "a"), SECRET), transport.asend(_ask(echo, "b"), SECRET)))
+
+    with Transport(timeout_s=0.6, max_connections=1) as transport, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(transport.send, _ask(echo, "a"), SECRET)
+        time.sleep(0.1)
+        second = pool.submit(transport.send, _ask(echo, "b"), SECRET)
+        exchanges = [first.result(), second.result()]
+    exchanges += asyncio.run(go())
+    for ex, waited in zip(exchanges, [False, True, False, True], strict=True):
+        if waited:
+            assert ex.status is None and ex.parsed.error_code == "timeout" and ex.meta["exception"] == "PoolTimeout"
+            assert ex.ended - ex.started < 1.0
+        else:
+            assert ex.status == 200 and ex.parsed.text == "a"
+
+
+def test_aclose_and_close_close_every_connection(echo: _EchoServer) -> None:
+    echo.delay_s = 0.1
+    transport = Transport(timeout_s=10, max_connections=4)
+
+    async def go() -> None:
+        exchanges = await asyncio.gather(*(transport.asend(_ask(echo, str(i)), SECRET) for i in range(8)))
+        assert [ex.parsed.text for ex in exchanges] == [str(i) for i in range(8)]
+        with ThreadPoolExecutor(3) as pool:
+            assert all(ex.status == 200 for ex in pool.map(lambda i: transport.send(_ask(echo, str(i)), SECRET), range(3)))
+        assert _eventually(lambda: echo.open == 7)  # 4 async, 3 sync, kept alive
+        await transport.aclose()
+        assert _eventually(lambda: echo.open == 0)
+        assert (await transport.asend(_ask(echo, "again"), SECRET)).parsed.text == "again"  # reopens
+        await transport.aclose()
+
+    asyncio.run(go())
+    assert _eventually(lambda: echo.open == 0)
+
+
+def test_waiting_asends_are_served_in_arrival_order(echo: _EchoServer) -> None:
+    echo.delay_s = 0.1
+
+    async def go() -> None:
+        async with Transport(timeout_s=10, max_connections=1) as transport:
+
+            async def again_at_once(name: str) -> None:  # a caller that asks again at once must queue too
+                for i in (1, 2):
+                    await transport.asend(_ask(echo, f"{name}{i}"), SECRET)
+
+            tasks = [asyncio.create_task(again_at_once("a"))]
+            for name in ("b", "c"):
+                await asyncio.sleep(0.02)
+                tasks.append(asyncio.create_task(transport.asend(_ask(echo, name), SECRET)))
+            await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    assert echo.prompts == ["a1", "b", "c", "a2"]
+
+
+def test_a_cancelled_asend_frees_its_connection(echo: _EchoServer) -> None:
+    echo.delay_s = 1.0
+
+    async def go() -> Exchange:
+        async with Transport(timeout_s=10, max_connections=1) as transport:
+            task = asyncio.create_task(transport.asend(_ask(echo, "cancelled"), SECRET))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            echo.delay_s = 0.0
+            return await asyncio.wait_for(transport.asend(_ask(echo, "next"), SECRET), 5)
+
+    ex = asyncio.run(go())
+    assert ex.parsed.text == "next" and len(echo.ports) == 2  # the slot came back, on a new connection
+
+
+def test_an_idle_connection_past_keep_alive_is_not_reused(echo: _EchoServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.providers.transport as module
+
+    monkeypatch.setattr(module, "_KEEPALIVE_S", 0.0)
+
+    async def go() -> list[str | None]:
+        async with Transport(timeout_s=10) as transport:
+            return [(await transport.asend(_ask(echo, str(i)), SECRET)).parsed.text for i in range(3)]
+
+    assert asyncio.run(go()) == ["0", "1", "2"] and len(echo.ports) == 3
+
+
+def test_cookies_from_a_response_are_never_sent(server: ProviderServer) -> None:
+    server.serve(200, {"content-type": "application/json", "set-cookie": "session=abc; Path=/"}, b"{}")
+    request = _request("openai_chat", server.url)
+    with Transport(timeout_s=10) as transport:
+        transport.send(request, SECRET)
+        transport.send(request, SECRET)
+
+    async def go() -> None:
+        async with Transport(timeout_s=10) as transport:
+            await transport.asend(request, SECRET)
+            await transport.asend(request, SECRET)
+
+    asyncio.run(go())
+    assert len(server.received) == 4 and all(got.header("cookie") is None for got in server.received)
+
+
+class _RawServer:
+    """Answers every request with the bytes in `reply` (then hangs up when `hang_up`), over TLS
+    when given a certificate; counts the connections it accepted."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.tls, self.reply, self.hang_up, self.connections, self.closed = tls, b"", True, 0, 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"{'https' if self.tls else 'http'}://{host}:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            buffered = b""
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buffered += data
+                head, _, buffered = buffered.partition(b"\r\n\r\n")
+                length = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+                while len(buffered) < length:
+                    buffered += conn.recv(65536)
+                buffered = buffered[length:]
+                conn.sendall(self.reply)
+                if self.hang_up:
+                    return
+        except (OSError, StopIteration):  # a client that refused our certificate, or hung up
+            return
+        finally:
+            conn.close()
+            self.closed += 1
+
+
+@pytest.fixture
+def raw_server() -> Iterator[_RawServer]:
+    server = _RawServer()
+    yield server
+    server.sock.close()
+
+
+_BODY = json.dumps({"id": "r-1", "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}]}).encode()
+_GZ = gzip.compress(_BODY)
+_JSON = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+AWKWARD = {
+    "content-length": _JSON + b"Content-Length: %d\r\n\r\n%s" % (len(_BODY), _BODY),
+    "chunked": _JSON + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(_BODY), _BODY),
+    "http-1.0-until-close": b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + _BODY,
+    "gzip": _JSON + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(_GZ), _GZ),
+    "mangled-gzip": _JSON + b"Content-Encoding: gzip\r\nContent-Length: 10\r\n\r\n0123456789",
+    "100-continue-first": b"HTTP/1.1 100 Continue\r\n\r\n" + _JSON + b"Content-Length: %d\r\n\r\n%s" % (len(_BODY), _BODY),
+    "cut-short": _JSON + b"Content-Length: 500\r\n\r\n" + _BODY,
+    "bad-content-length": _JSON + b"Content-Length: abc\r\n\r\n" + _BODY,
+    "not-http": b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    "hang-up-silently": b"",
+}
+
+
+def _both(url: str, credential: str = SECRET) -> tuple[Exchange, Exchange]:
+    """The same request sent once by `send` and once by `asend`."""
+    request = adapter_for("openai_chat").build_request("m-1", PROMPT, GenerationSettings(), url)
+    with Transport(timeout_s=5) as transport:
+        sync = transport.send(request, credential)
+
+    async def go() -> Exchange:
+        async with Transport(timeout_s=5) as transport:
+            return await transport.asend(request, credential)
+
+    return sync, asyncio.run(go())
+
+
+def _view(ex: Exchange) -> tuple[Any, ...]:
+    return ex.status, ex.raw_response, ex.response_headers, ex.parsed, ex.meta
+
+
+@pytest.mark.parametrize("case", list(AWKWARD))
+def test_sync_and_async_read_awkward_responses_alike(case: str, raw_server: _RawServer) -> None:
+    raw_server.reply = AWKWARD[case]
+    sync, async_ = _both(raw_server.url())
+    assert _view(sync) == _view(async_)  # the same Exchange, error messages included
+    if case in ("content-length", "chunked", "http-1.0-until-close", "gzip", "100-continue-first"):
+        assert sync.status == 200 and sync.raw_response == _BODY and sync.parsed.text == "hi"
+    elif case == "mangled-gzip":
+        assert sync.parsed.error_code == "malformed_response" and sync.meta["status_before_failure"] == 200
+    else:
+        assert sync.status is None and sync.parsed.error_code == "transport"
+        assert ("status_before_failure" in sync.meta) == (case == "cut-short")
+
+
+def test_a_connection_the_server_closed_is_not_reused(raw_server: _RawServer) -> None:
+    raw_server.reply = AWKWARD["content-length"]  # keep-alive by the headers, then the server hangs up
+    request = adapter_for("openai_chat").build_request("m-1", PROMPT, GenerationSettings(), raw_server.url())
+
+    def hung_up() -> bool:  # the client finds out before its next request, not by failing it
+        return _eventually(lambda: raw_server.closed == raw_server.connections)
+
+    with Transport(timeout_s=5) as transport:
+        assert [hung_up() and transport.send(request, SECRET).status for _ in range(4)] == [200] * 4
+
+    async def go() -> list[int | None]:
+        async with Transport(timeout_s=5) as transport:
+            return [hung_up() and (await transport.asend(request, SECRET)).status for _ in range(4)]
+
+    assert asyncio.run(go()) == [200] * 4 and raw_server.connections == 8
+
+
+def test_tls_is_verified_alike_sync_and_async(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server = _RawServer(tls)
+    server.reply, server.hang_up = AWKWARD["content-length"], False
+    try:
+        for ex in _both(server.url("localhost")):  # a certificate nobody vouches for
+            assert ex.status is None and ex.parsed.error_code == "transport" and ex.meta["exception"] == "ConnectError"
+            assert "CERTIFICATE_VERIFY_FAILED" in (ex.parsed.error_message or "")
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted, as httpx has always let it be
+        for ex in _both(server.url("localhost")):
+            assert ex.status == 200 and ex.parsed.text == "hi" and ex.meta["http_version"] == "HTTP/1.1"
+        for ex in _both(server.url("127.0.0.1")):  # trusted, but not for this name
+            assert ex.status is None and ex.meta["exception"] == "ConnectError"
+            assert "CERTIFICATE_VERIFY_FAILED" in (ex.parsed.error_message or "")
+    finally:
+        server.sock.close()
 
 
 def test_bad_credentials_are_refused_without_echo() -> None:
