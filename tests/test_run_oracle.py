@@ -1,0 +1,340 @@
+"""The run oracle (`harness.study.oracle.run_problems`): real runs pass it, planted runner faults do not.
+
+Each planted fault is a file mutation of a real run's results, re-chained with
+`ChainedLog` (and every link to a re-chained line re-pointed, archives rewritten,
+anchors retaken) so the chains stay valid and only the planted fault is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from study_fixtures import Sim, logs, prereg, sim_fixture, sim_servers, system, urls  # noqa: F401
+
+from harness.evidence.chain import ChainedLog
+from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.study import anchors as anchors_mod
+from harness.study.oracle import Problem, run_problems
+from harness.study.run_records import archive_name, log_seed
+from harness.study.runner import run_stage
+
+Records = dict[str, list[dict[str, Any]]]
+
+
+def strip(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if k not in ("prev", "seed")}
+
+
+def rewrite(folder: Path, name: str, records: list[dict[str, Any]]) -> list[bytes]:
+    path = folder / f"{name}.jsonl"
+    path.unlink(missing_ok=True)
+    log = ChainedLog(path, log_seed("rt", "A", name))
+    return [canonical_bytes(log.append(r)) for r in records]
+
+
+def reanchor(folder: Path, prereg_dir: Path) -> None:
+    """Retake every anchor (same times and reasons) over the logs as they now are."""
+    old = logs(folder)["anchors"]
+    names = ("attempts", "finals", "run", "admission", "host", "wire")
+    paths = {n: (str(folder / f"{n}.jsonl"), log_seed("rt", "A", n)) for n in names}
+    from harness.meter.pricing import BUNDLED_PRICING
+
+    manifests = {"plan.jsonl": str(folder / "plan.jsonl"), "FROZEN.json": str(prereg_dir / "FROZEN.json"),
+                 "pricing": str(BUNDLED_PRICING)}
+    rewrite(folder, "anchors", [anchors_mod.anchor_record(a["at"], a["reason"], paths, manifests) for a in old])
+
+
+def rebuild(folder: Path, prereg_dir: Path, edit: Callable[[Records], None]) -> None:
+    """Apply `edit` to the stripped records of every log, then re-chain them consistently.
+
+    Attempt records carry `_line` (their original line) so run events and finals
+    pointing at them are re-pointed (line and sha256); finals are re-chained in order,
+    their archives rewritten and `replaced` re-hashed; anchors are retaken.
+    """
+    got = logs(folder)
+    recs: Records = {n: [strip(r) for r in got[n]] for n in ("attempts", "finals", "run", "admission", "host")}
+    for i, r in enumerate(recs["attempts"], start=1):
+        r["_line"] = i
+    edit(recs)
+    old_sha = {i: sha256_hex(canonical_bytes(r)) for i, r in enumerate(got["attempts"], start=1)}
+    lines = [r.pop("_line", None) for r in recs["attempts"]]
+    written = rewrite(folder, "attempts", recs["attempts"])
+    new_line = {old: new for new, old in enumerate(lines, start=1) if old is not None}
+    new_sha = {old: sha256_hex(b) for old, b in zip(lines, written, strict=True) if old is not None}
+    by_sha = {old_sha[o]: new_sha[o] for o in new_sha}
+    for e in recs["run"]:
+        if e["event"] == "attempt" and e["attempts_line"] in new_line:
+            e["attempt_sha256"] = new_sha[e["attempts_line"]]
+            e["attempts_line"] = new_line[e["attempts_line"]]
+    rewrite(folder, "run", recs["run"])
+    rewrite(folder, "admission", recs["admission"])
+    rewrite(folder, "host", recs["host"])
+    shutil.rmtree(folder / "archive", ignore_errors=True)
+    (folder / "finals.jsonl").unlink(missing_ok=True)
+    flog = ChainedLog(folder / "finals.jsonl", log_seed("rt", "A", "finals"))
+    earlier: dict[str, list[bytes]] = {}
+    for f in recs["finals"]:
+        if f["attempt_line"] in new_line:
+            f["attempt_sha256"] = by_sha.get(f["attempt_sha256"], f["attempt_sha256"])
+            f["attempt_line"] = new_line[f["attempt_line"]]
+        mine = earlier.setdefault(f["run_id"], [])
+        for entry, raw in zip(f["replaced"], mine, strict=False):
+            entry["attempt_sha256"] = by_sha.get(entry["attempt_sha256"], entry["attempt_sha256"])
+            path = folder / archive_name(f["run_id"], entry["rerun"])
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(raw + b"\n")
+            entry["sha256"] = sha256_hex(raw + b"\n")
+        mine.append(canonical_bytes(flog.append(f)))
+    reanchor(folder, prereg_dir)
+
+
+def rules(problems: list[Problem]) -> set[str]:
+    return {p.rule for p in problems}
+
+
+# --------------------------------------------------------------------------
+# Real runs (module-scoped: one simulator, one run per kind, copied for each plant)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, Path]]]:
+    root = tmp_path_factory.mktemp("oracle-runs")
+    with sim_servers(root) as sim:
+        out: dict[str, tuple[Path, Path]] = {}
+
+        def go(name: str, systems: list[dict[str, Any]], scale: float = 0.0, **kw: Any) -> None:
+            url = sim(systems, latency_scale=scale)
+            base = root / name
+            base.mkdir()
+            p = prereg(base, **kw)
+            run_stage(p, "A", base / "results", base_urls=urls(url))
+            out[name] = (p, base / "results" / "rt" / "A")
+
+        go("clean", [system("sim-flash", 1.0), system("sim-glm", 0.0)])
+        go("errors", [system("sim-flash", 1.0, server_error=0.5), system("sim-glm", 0.0, rate_limited=0.3)])
+        go("cap", [system("sim-flash", 1.0), system("sim-glm", 0.0)], caps=(0.015, 1.0), reserve=0.01)
+        go("ceiling", [system("sim-flash", 1.0, latency=0.05), system("sim-glm", 0.0, latency=2.0)], 1.0,
+           overall=0.0003, margin=0.0, reserve=0.00001)
+        go("deadline", [system("sim-flash", 1.0), system("sim-glm", 0.0, latency=3.0)], 1.0, deadline=1, items=2)
+        yield out
+
+
+@pytest.fixture
+def copy(runs: dict[str, tuple[Path, Path]], tmp_path: Path) -> Callable[[str], tuple[Path, Path]]:
+    def make(name: str) -> tuple[Path, Path]:
+        p, folder = runs[name]
+        dst = tmp_path / name
+        shutil.copytree(folder, dst)
+        return p, dst
+
+    return make
+
+
+@pytest.mark.parametrize("name", ["clean", "errors", "cap", "ceiling", "deadline"])
+def test_real_runs_pass_the_oracle(runs: dict[str, tuple[Path, Path]], name: str) -> None:
+    p, folder = runs[name]
+    assert run_problems(folder, prereg_dir=p) == []
+    assert run_problems(folder.parent.parent) == []  # a results root, rules from the run log
+
+
+def test_the_copies_and_rebuild_change_nothing(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("errors")
+    rebuild(folder, p, lambda recs: None)
+    assert run_problems(folder, prereg_dir=p) == []
+
+
+# --------------------------------------------------------------------------
+# Planted runner faults
+
+
+def test_a_skipped_rerun_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("errors")
+    finals = logs(folder)["finals"]
+    cell = next(f["run_id"] for f in finals if f["action"] == "rerun" and f["class"] == "provider")
+
+    def edit(recs: Records) -> None:
+        recs["attempts"] = [a for a in recs["attempts"] if not (a["run_id"] == cell and a["rerun"] >= 1)]
+        kept = {a["_line"] for a in recs["attempts"]}
+        recs["run"] = [e for e in recs["run"] if e["event"] != "attempt" or e["attempts_line"] in kept]
+        recs["finals"] = [f for f in recs["finals"] if not (f["run_id"] == cell and f["rerun"] >= 1)]
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert "rerun_skipped" in rules(problems), problems
+    assert any(cell in pr.message for pr in problems if pr.rule == "rerun_skipped")
+
+
+def test_an_admission_past_the_cap_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+
+    def edit(recs: Records) -> None:
+        a = recs["admission"][3]
+        a["finished_usd"] = a["cap_usd"]
+        a["projected_usd"] = a["finished_usd"] + a["reserve_usd"] * a["under_way"]
+        assert a["decision"] == "admit"
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert {"admission_rule", "admission_inputs"} <= rules(problems), problems
+    assert all(pr.line == 4 for pr in problems if pr.rule.startswith("admission"))
+
+
+def _move_attempt(recs: Records, line: int, started: float, ended: float) -> None:
+    for a in recs["attempts"]:
+        if a["_line"] == line:
+            a["started"], a["ended"] = started, ended
+    for e in recs["run"]:
+        if e["event"] == "attempt" and e["attempts_line"] == line:
+            e["started"], e["ended"] = started, ended
+
+
+def test_an_attempt_after_the_ceilings_crossing_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("ceiling")
+    got = logs(folder)
+    crossed = next(e for e in got["run"] if e["event"] == "ceiling")["crossed_at"]
+    line, rec = next((i, a) for i, a in enumerate(got["attempts"], start=1) if a.get("error_code") == "budget_stop")
+    rebuild(folder, p, lambda recs: _move_attempt(recs, line, crossed + 1e-4, max(rec["ended"], crossed + 2e-4)))
+    problems = run_problems(folder, prereg_dir=p)
+    assert "halted" in rules(problems), problems
+
+
+def test_a_ceiling_logged_late_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("ceiling")
+    got = logs(folder)
+    last = max(max(a["ended"] for a in got["attempts"]),
+               max((e["at"] for e in got["run"] if e["event"] == "late_cost"), default=0.0))
+
+    def edit(recs: Records) -> None:
+        for e in recs["run"]:
+            if e["event"] == "ceiling":
+                e["crossed_at"] = last + 1.0
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert "ceiling" in rules(problems), problems
+
+
+def test_overlapping_attempts_on_a_lane_are_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+    got = logs(folder)
+    events = [e for e in got["run"] if e["event"] == "attempt" and e["system"] == "good" and e["lane"] == 0]
+    first, second = events[0], events[1]
+    rebuild(folder, p, lambda recs: _move_attempt(recs, second["attempts_line"],
+                                                  (first["started"] + first["ended"]) / 2, second["ended"]))
+    problems = run_problems(folder, prereg_dir=p)
+    assert "lane_overlap" in rules(problems), problems
+
+
+def test_an_extra_rerun_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("errors")
+    got = logs(folder)
+    base = strip(got["attempts"][-1])
+
+    def edit(recs: Records) -> None:
+        n = len(recs["attempts"]) + 1
+        extra = {**base, "rerun": 3, "attempt": 1, "_line": None}
+        recs["attempts"].append(extra)
+        sha = "0" * 64  # fixed below: the line's hash is only known once chained
+        recs["run"].append({"kind": "run-event.v1", "event": "attempt", "at": base["ended"], "system": "good",
+                            "lane": 0, "run_id": base["run_id"], "rerun": 3, "attempt": 1, "attempts_line": n,
+                            "attempt_sha256": sha, "started": base["started"], "ended": base["ended"],
+                            "cost_usd": base["cost_usd"], "class": "delivered"})
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert "reruns_exceeded" in rules(problems), problems
+
+
+def test_a_changed_cost_breaks_conservation(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("ceiling")
+    line = next(i for i, a in enumerate(logs(folder)["attempts"], start=1) if isinstance(a["cost_usd"], float))
+
+    def edit(recs: Records) -> None:
+        for a in recs["attempts"]:
+            if a["_line"] == line:
+                a["cost_usd"] = a["cost_usd"] * 2
+                cost = a["cost_usd"]
+        for e in recs["run"]:
+            if e["event"] == "attempt" and e["attempts_line"] == line:
+                e["cost_usd"] = cost
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert "conservation" in rules(problems), problems
+
+
+def test_an_anchor_that_does_not_match_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+    host = [strip(r) for r in logs(folder)["host"]]
+    host[0]["load"] = [9.0, 9.0, 9.0]
+    rewrite(folder, "host", host)  # history rewritten (validly chained) after it was anchored
+    problems = run_problems(folder, prereg_dir=p)
+    assert rules(problems) == {"anchor"}, problems
+    assert all(pr.file.endswith("anchors.jsonl") and pr.line for pr in problems)
+
+
+def test_a_broken_chain_and_a_lost_run_log_line_are_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+    data = (folder / "finals.jsonl").read_bytes().replace(b'"passed":true', b'"passed":false', 1)
+    (folder / "finals.jsonl").write_bytes(data)
+    assert "chain" in rules(run_problems(folder, prereg_dir=p))
+    p2, folder2 = copy("errors")
+    rebuild(folder2, p2, lambda recs: recs.__setitem__(
+        "run", [e for e in recs["run"] if not (e["event"] == "attempt" and e["attempts_line"] == 2)]))
+    assert "attempt_logged" in rules(run_problems(folder2, prereg_dir=p2))
+
+
+def test_a_logged_class_or_action_that_is_not_recomputed_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("errors")
+
+    def edit(recs: Records) -> None:
+        f = next(f for f in recs["finals"] if f["action"] == "rerun")
+        f["action"] = "stand"
+
+    rebuild(folder, p, edit)
+    assert "class_action" in rules(run_problems(folder, prereg_dir=p))
+
+
+# --------------------------------------------------------------------------
+# The property: random mixes of planted failures, every run passes the oracle
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rate_limited=st.sampled_from([0.0, 0.15, 0.3]),
+    server_error=st.sampled_from([0.0, 0.2, 0.4]),
+    timeout=st.sampled_from([0.0, 0.1]),
+    skills=st.tuples(st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 0.5, 1.0])),
+    budget=st.sampled_from(["plenty", "tiny_cap", "ceiling"]),
+    retries=st.sampled_from([0, 1]),
+)
+def test_random_mixes_of_planted_failures_pass_the_oracle(
+    tmp_path_factory: pytest.TempPathFactory, rate_limited: float, server_error: float, timeout: float,
+    skills: tuple[float, float], budget: str, retries: int,
+) -> None:
+    root = tmp_path_factory.mktemp("prop")
+    fails = {"rate_limited": rate_limited, "server_error": server_error, "timeout": timeout}
+    # a planted timeout sleeps 30 s: past the 1 s deadline it is an abandoned attempt (harness class, late cost)
+    kw: dict[str, Any] = {"items": 4, "retries": retries, "deadline": 1}
+    if budget == "tiny_cap":
+        kw.update(caps=(0.02, 0.012), reserve=0.01)
+    elif budget == "ceiling":
+        kw.update(overall=0.0002, margin=0.0, reserve=0.00001)
+    with sim_servers(root) as sim:
+        url = sim([system("sim-flash", skills[0], latency=0.01, **fails),
+                   system("sim-glm", skills[1], latency=0.01, **fails)], latency_scale=1.0)
+        p = prereg(root, **kw)
+        summary = run_stage(p, "A", root / "results", base_urls=urls(url))
+        problems = run_problems(summary.folder, prereg_dir=p)
+        assert problems == [], (fails, skills, budget, [str(x) for x in problems])
+        if summary.exit_code != 0:  # and resuming continues cleanly
+            run_stage(p, "A", root / "results", base_urls=urls(url))
+            assert run_problems(summary.folder, prereg_dir=p) == []
+    assert os.path.isdir(summary.folder)
