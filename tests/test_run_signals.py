@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -116,3 +117,42 @@ def test_a_second_invocation_while_the_first_holds_the_lock_is_refused(tmp_path:
         proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert run_problems(folder, prereg_dir=p) == []
+
+
+_SIGNAL_AT_END = """
+import os, signal, sys
+from harness.study import runner
+
+original = runner._Engine.sample
+
+def sample(self, reason):
+    if reason == "end":
+        for _ in range({count}):
+            os.kill(os.getpid(), signal.SIGTERM)
+    return original(self, reason)
+
+runner._Engine.sample = sample
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_signals_outside_the_event_loop_are_handled_too(tmp_path: Path, sim: Sim, count: int) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    p = prereg(tmp_path, items=3)
+    results = tmp_path / "results"
+    argv = [sys.executable, "-c", _SIGNAL_AT_END.format(count=count), *run_argv(p, results)[3:]]
+    done = subprocess.run(argv, cwd=REPO, env=runner_env(url), capture_output=True, timeout=120)
+    folder = results / "rt" / "A"
+    got = logs(folder)
+    signals = [e for e in got["run"] if e["event"] == "signal"]
+    if count == 1:  # the stage had completed: the signal is logged, the end is written, nothing is lost
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert [e["count"] for e in signals] == [1]
+        assert got["run"][-1]["event"] == "end"
+        assert run_problems(folder, prereg_dir=p) == []
+    else:  # a second signal exits at once with 128 + SIGTERM, as inside the loop
+        assert done.returncode == 128 + int(signal.SIGTERM), (done.stdout, done.stderr)
+        for name in ("attempts", "finals", "run"):
+            assert verify_log(folder / f"{name}.jsonl", log_seed("rt", "A", name)).ok

@@ -30,12 +30,13 @@ event; the clock's floor is the latest time found in the files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from harness.catalog import BUNDLED_CATALOG, CatalogModel, load_catalog, resolve_model
@@ -212,6 +213,7 @@ class _Engine:
         self.transport: Transport | None = None
         self.signals = 0
         self.pushes: list[threading.Thread] = []
+        self.pending_signals: list[int] = []
 
     # ---- bookkeeping under the lock
 
@@ -568,6 +570,12 @@ class _Engine:
         for thread in self.pushes:
             thread.join(self.s.design.run.anchor_timeout_s * 4 + 5)
 
+    def take_pending_signals(self) -> None:
+        """Log the signals that arrived outside the event loop, as if they arrived now."""
+        pending, self.pending_signals = self.pending_signals, []
+        for signum in pending:
+            self.on_signal(signum)
+
     def on_signal(self, signum: int) -> None:
         self.signals += 1
         with self.lock:
@@ -725,25 +733,29 @@ def run_stage(
         setup.requests = _requests_from(setup.folder, setup.plan_bytes, write=True)
         ledger = _load(setup)
         engine = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress)
-        engine.recover()
-        engine.event("start", pid=os.getpid(), dry_run=False, resume_paused=resume_paused,
-                     plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
-                     spend_before_usd=d.budgets.spend_before_usd,
-                     systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
-                              for s in setup.systems])
-        if resume_paused:
-            for s in sorted(engine.paused):
-                engine.event("resume_paused", system=s)
-            engine.paused.clear()
-        engine.sample("start")
+        with _deferred_signals(engine):
+            engine.recover()
+            engine.event("start", pid=os.getpid(), dry_run=False, resume_paused=resume_paused,
+                         plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
+                         spend_before_usd=d.budgets.spend_before_usd,
+                         systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
+                                  for s in setup.systems])
+            if resume_paused:
+                for s in sorted(engine.paused):
+                    engine.event("resume_paused", system=s)
+                engine.paused.clear()
+            engine.sample("start")
+        engine.take_pending_signals()
         _run_loop(engine)
-        engine.sample("end")
-        cells = _cells_summary(ledger, engine)
-        complete = all(c["state"] == "standing" for c in cells)
-        code = 0 if complete else 1
-        engine.event("end", exit_code=code, complete=complete, stops=engine.stops)
-        engine.anchor("end")
-        engine.join_pushes()
+        with _deferred_signals(engine):
+            engine.sample("end")
+            engine.take_pending_signals()
+            cells = _cells_summary(ledger, engine)
+            complete = all(c["state"] == "standing" for c in cells)
+            code = 0 if complete else 1
+            engine.event("end", exit_code=code, complete=complete, stops=engine.stops)
+            engine.anchor("end")
+            engine.join_pushes()
         return RunSummary(complete, code, "run", d.study_id, stage, setup.folder, complete, engine.progress(),
                           stops=tuple(engine.stops), cells=cells)
 
@@ -752,6 +764,28 @@ def _load(setup: _Setup) -> Ledger:
     d = setup.design
     return load_ledger(setup.folder, d.study_id, setup.stage, setup.requests, reruns=d.run.reruns,
                        transport_retries=d.run.transport_retries, reserve_usd=d.budgets.reserve_per_item_usd)
+
+
+@contextlib.contextmanager
+def _deferred_signals(engine: _Engine) -> Iterator[None]:
+    """Outside the event loop (start and end of an invocation): a first SIGINT/SIGTERM is
+    remembered and logged by `take_pending_signals`, a second exits at once with 128+signum,
+    as inside the loop. Without this a signal there would kill the run by the default action."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        engine.pending_signals.append(signum)
+        if engine.signals + len(engine.pending_signals) >= 2:
+            os._exit(128 + signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _run_loop(engine: _Engine) -> None:
