@@ -443,8 +443,11 @@ class _Engine:
     def _late(self, task: asyncio.Task[Exchange], r: PlanRequest, rerun: int, number: int) -> None:
         self.abandoned.discard(task)
         if task.cancelled() or task.exception() is not None:
-            self.event("late_cost", system=r.system, run_id=r.run_id, rerun=rerun, attempt=number,
-                       cost_usd="unknown", cost_status="usage_unknown", wire_line=None)
+            # It may still have been billed: unknown, counted as the reserve like every unknown cost.
+            with self.lock:
+                self._event_locked("late_cost", system=r.system, run_id=r.run_id, rerun=rerun, attempt=number,
+                                   cost_usd="unknown", cost_status="usage_unknown", wire_line=None)
+                self._add_spend_locked(r.system, "unknown")
             return
         exchange = task.result()
         cost = self._meter(exchange, r.system)
