@@ -506,3 +506,77 @@ def test_human_refusal_has_no_traceback(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=30, check=False)
     assert done.returncode == 3
     assert "refused: file_missing" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- operator and malformed planted failures (auth, quota, malformed) --------------------
+
+
+def test_planted_operator_and_malformed_failure_rates() -> None:
+    sys_ = system(1.0, failures=Failures(rate_limited=0.1, auth=0.1, quota=0.15, malformed=0.2))
+    outcomes = [decide(sys_, seed=0, item=ITEM, item_key=f"k{i}", n=0).outcome for i in range(4000)]
+    for name, p in (("rate_limited", 0.1), ("auth", 0.1), ("quota", 0.15), ("malformed", 0.2), ("correct", 0.45)):
+        assert abs(outcomes.count(name) / 4000 - p) < 0.025, name
+    again = [decide(sys_, seed=0, item=ITEM, item_key=f"k{i}", n=0).outcome for i in range(4000)]
+    assert again == outcomes  # hash-derived: the same draws give the same outcomes
+
+
+def test_new_kinds_leave_the_old_draws_unchanged() -> None:
+    old = system(1.0, failures=Failures(rate_limited=0.1, server_error=0.2, timeout=0.05))
+    new = system(1.0, failures=Failures(rate_limited=0.1, server_error=0.2, timeout=0.05, auth=0.0, malformed=0.0))
+    for i in range(500):
+        assert decide(old, seed=3, item=ITEM, item_key=f"k{i}", n=0) == decide(new, seed=3, item=ITEM,
+                                                                                item_key=f"k{i}", n=0)
+
+
+@pytest.mark.parametrize(("kind", "status", "code"), [
+    ("auth", 401, "auth"), ("quota", 429, "quota"), ("malformed", 200, "malformed_response"),
+])
+def test_planted_operator_and_malformed_replies_classify(kind: str, status: int, code: str) -> None:
+    from harness.providers.openai_chat import parse_response
+
+    service = SimService({"s": system(1.0, failures=Failures(**{kind: 1.0}))}, [ITEM])
+    body = json.dumps({"model": "s", "messages": [{"role": "user", "content": "question 7"}]}).encode()
+    reply = service.complete(body)
+    assert reply.status == status
+    if kind == "auth":
+        assert reply.payload == {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                           "param": None, "code": "invalid_api_key"}}
+    elif kind == "quota":
+        assert (reply.payload["error"]["type"], reply.payload["error"]["code"]) == ("insufficient_quota",) * 2
+    else:
+        assert "choices" not in reply.payload and reply.payload["object"] == "chat.completion"
+    parsed = parse_response(reply.status, dict(reply.headers), json.dumps(reply.payload).encode())
+    assert parsed.error_code == code, parsed
+
+
+def test_operator_and_malformed_failures_over_http(tmp_path: Path, start_sim: Callable[..., Sim]) -> None:
+    systems = write_systems(tmp_path / "s.json", [
+        fixed("locked", 1.0, failures={"auth": 1.0}),
+        fixed("broke", 1.0, failures={"quota": 1.0}),
+        fixed("garbled", 1.0, failures={"malformed": 1.0}),
+    ])
+    sim = start_sim("--systems", str(systems))
+    with httpx.Client() as client:
+        reply = sim.chat(client, "locked", "hi")
+        assert (reply.status_code, reply.json()["error"]["code"]) == (401, "invalid_api_key")
+        reply = sim.chat(client, "broke", "hi")
+        assert (reply.status_code, reply.json()["error"]["code"]) == (429, "insufficient_quota")
+        reply = sim.chat(client, "garbled", "hi")
+        assert reply.status_code == 200 and "choices" not in reply.json()
+        assert reply.headers["x-proctor-provider"] == "sim"
+
+
+@pytest.mark.parametrize("failures", [
+    {"auth": 0.6, "malformed": 0.6},
+    {"quota": -0.1},
+    {"malformed": "0.5"},
+    {"billing": 0.1},
+])
+def test_systems_file_refuses_bad_new_failure_kinds(tmp_path: Path, failures: dict[str, Any]) -> None:
+    from harness.providers.sim_model import parse_systems
+
+    with pytest.raises(Refusal) as info:
+        parse_systems({"systems": [fixed("a", 0.5, failures=failures)]}, "x.json")
+    assert info.value.code == "sim_systems_invalid"
+    ok = parse_systems({"systems": [fixed("a", 0.5, failures={"auth": 0.2, "quota": 0.3, "malformed": 0.5})]}, "x")
+    assert ok["a"].failures == Failures(auth=0.2, quota=0.3, malformed=0.5)

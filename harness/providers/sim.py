@@ -11,7 +11,11 @@ Inputs (read strictly here; every problem is a named refusal with the path):
 - systems file: `{"systems": [{"name", "skill" in [0, 1], "latency_s":
   {"dist": "fixed", "value"} | {"dist": "lognormal", "median", "sigma"},
   "output_tokens"?: {"mean"}, "snapshot"?, "failures"?: {"rate_limited",
-  "server_error", "timeout"}}]}`; the bundled one holds sim-flash, sim-glm, sim-k3.
+  "server_error", "timeout", "auth", "quota", "malformed"}}]}`; the bundled one
+  holds sim-flash, sim-glm, sim-k3. Failure probabilities sum to at most 1 and
+  are laid on one hash-derived draw: rate_limited (429), server_error (500),
+  timeout (504 after 30 s), auth (401 `invalid_api_key`), quota (429
+  `insufficient_quota`), malformed (200 whose body has no `choices`).
 - answers file (JSONL): `{"match", "answer", "wrong"?: [...]}` per line; the
   item is the one whose `match` occurs in the last user message (longest wins).
 - task folders: `<dir>/*/task.json`; match `task_id: <id>`, answer the `fix/`

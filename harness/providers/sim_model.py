@@ -27,6 +27,7 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import loads_strict
 
 __all__ = [
+    "FAILURE_KINDS",
     "GENERIC_ANSWER",
     "MAX_LATENCY_S",
     "TIMEOUT_SLEEP_S",
@@ -80,6 +81,19 @@ class Failures:
     rate_limited: float = 0.0
     server_error: float = 0.0
     timeout: float = 0.0
+    auth: float = 0.0
+    quota: float = 0.0
+    malformed: float = 0.0
+
+
+FAILURE_KINDS: Final = ("rate_limited", "server_error", "timeout", "auth", "quota", "malformed")
+"""The planted failure kinds, in the order their probability bands are laid on one draw.
+
+rate_limited: 429 `rate_limit_exceeded`; server_error: 500; timeout: 504 after
+TIMEOUT_SLEEP_S; auth: 401 `invalid_api_key` (an operator error); quota: 429
+`insufficient_quota` (an operator error); malformed: 200 with a body that is not
+a chat completion (no `choices`).
+"""
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,8 @@ class Item:
 class Decision:
     """What the simulator does with one request.
 
-    `outcome` is one of correct, wrong, generic (no item matched), rate_limited,
-    server_error, timeout; `content` is None for the failures. `latency_s` is
+    `outcome` is one of correct, wrong, generic (no item matched), or a planted
+    failure kind (`FAILURE_KINDS`); `content` is None for the failures. `latency_s` is
     unscaled. `request_hash` names the request (ids are derived from it).
     """
 
@@ -142,11 +156,9 @@ def decide(system: SimSystem, *, seed: int, item: Item | None, item_key: str, n:
     ident = request_hash.hexdigest()[:24]
     latency = system.latency.draw(u("latency"))
     f, planted = u("failure"), system.failures
-    for outcome, edge in (
-        ("rate_limited", planted.rate_limited),
-        ("server_error", planted.rate_limited + planted.server_error),
-        ("timeout", planted.rate_limited + planted.server_error + planted.timeout),
-    ):
+    edge = 0.0
+    for outcome in FAILURE_KINDS:
+        edge += getattr(planted, outcome)
         if f < edge:
             return Decision(outcome, None, latency, item_key, n, ident)
     if item is None:
@@ -225,7 +237,7 @@ def _system(value: Any, where: str, path: str) -> SimSystem:
         raise Refusal("sim_systems_invalid", f"{where}.snapshot must be a non-empty string", path)
     tokens = _object(doc.get("output_tokens", {"mean": 200}), f"{where}.output_tokens", path, {"mean"}, set())
     mean = _number(tokens["mean"], f"{where}.output_tokens.mean", path, low=1, high=100_000)
-    keys = {"rate_limited", "server_error", "timeout"}
+    keys = set(FAILURE_KINDS)
     planted = _object(doc.get("failures", {}), f"{where}.failures", path, set(), keys)
     rates = {k: _number(v, f"{where}.failures.{k}", path, low=0, high=1) for k, v in planted.items()}
     if math.fsum(rates.values()) > 1:
@@ -375,6 +387,17 @@ class SimService:
         if decision.outcome == "timeout":
             text = "The simulated upstream timed out."
             return Reply(504, error_reply(504, text, "timeout").payload, headers, TIMEOUT_SLEEP_S)
+        if decision.outcome == "auth":
+            text = "Incorrect API key provided"
+            return Reply(401, error_reply(401, text, "invalid_request_error", "invalid_api_key").payload, headers, 0.0)
+        if decision.outcome == "quota":
+            text = "You exceeded your current quota (simulated)."
+            return Reply(429, error_reply(429, text, "insufficient_quota", "insufficient_quota").payload, headers, 0.0)
+        if decision.outcome == "malformed":
+            # a 200 that is not a chat completion: no choices, no usage
+            body = {"id": f"chatcmpl-sim-{decision.request_hash}", "object": "chat.completion",
+                    "model": system.snapshot}
+            return Reply(200, body, headers, delay)
         content, finish = decision.content or "", "stop"
         if limit is not None and text_tokens(content) > limit:
             content = content.encode("utf-8")[: 4 * limit].decode("utf-8", "ignore")
