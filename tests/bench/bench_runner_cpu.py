@@ -1,0 +1,56 @@
+"""The runner's own CPU per attempt (target: under 5 ms beyond the model call and the verifier).
+
+The simulator answers at zero latency in its own process and the warm verifier
+checks answers in its own process, so the CPU time of this process over a
+stage is proctor's own work: planning, admission, the transport, metering,
+every chained append (fsync waits are not CPU), finals and receipts. The peer
+in the same run is the bare minimum a client does for the same requests: an
+httpx post of the same bodies and a JSON parse of each answer.
+
+Run: .venv/bin/python -m pytest -q -p no:xdist -o python_files='bench_*.py' tests/bench/bench_runner_cpu.py -s
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from study_fixtures import prereg, sim_servers, system, urls  # noqa: E402
+
+from harness.study.attempts import read_plan  # noqa: E402
+from harness.study.runner import run_stage  # noqa: E402
+
+ITEMS = 60
+
+
+def test_runner_cpu_per_attempt(tmp_path: Path) -> None:
+    with sim_servers(tmp_path) as start:
+        url = start([system("sim-flash", 1.0), system("sim-glm", 0.5)])
+        folder = prereg(tmp_path, items=ITEMS)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        summary = run_stage(folder, "A", tmp_path / "results", base_urls=urls(url))
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        assert summary.exit_code == 0, summary.to_json()
+        stage = Path(summary.folder)
+        attempts = (stage / "attempts.jsonl").read_bytes().count(b"\n")
+        plan = read_plan(stage / "plan.jsonl")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            peer0 = time.process_time()
+            for request in plan.requests:
+                answer = client.post("/chat/completions", content=request.body,
+                                     headers={"content-type": "application/json"})
+                json.loads(answer.content)
+            peer = time.process_time() - peer0
+    per = cpu / attempts * 1000
+    peer_per = peer / len(plan.requests) * 1000
+    print(f"\n[runner cpu] {attempts} attempts ({ITEMS} items x 2 systems), wall {wall:.2f} s")
+    print(f"  proctor run_stage, whole stage:     {per:6.2f} ms CPU per attempt (target < 5 ms)")
+    print(f"  peer: bare httpx post + json parse: {peer_per:6.2f} ms CPU per request")
+    print(f"  ratio proctor/peer: {per / peer_per:.1f}x")
+    assert per < 50  # a loose floor against a gross regression, not a timing assertion
