@@ -52,6 +52,7 @@ from harness.evidence.jsonio import canonical_bytes, loads_strict, read_bytes, s
 from harness.meter.cost import COST_STATUSES, Cost
 from harness.meter.usage import API_SHAPES, CATEGORIES, TokenUsage
 from harness.providers.base import ERROR_CODES, Exchange
+from harness.study.plan_records import PLAN_REQUEST_KIND, PlanCell
 
 __all__ = [
     "ATTEMPTS_SEED_PREFIX",
@@ -72,7 +73,6 @@ __all__ = [
 
 ATTEMPT_KIND: Final = "model-attempt.v1"
 PLAN_HEADER_KIND: Final = "plan-header.v1"
-PLAN_REQUEST_KIND: Final = "plan-request.v1"
 ATTEMPTS_SEED_PREFIX: Final = "proctor-attempts:"
 HARNESS_ERROR_CODES: Final = ("AttemptDeadline", "budget_stop", "harness_error")
 ATTEMPT_ERROR_CODES: Final = ERROR_CODES + HARNESS_ERROR_CODES
@@ -178,43 +178,10 @@ class _Fields:
 
 
 @dataclass(frozen=True)
-class PlanRequest:
-    """One cell of the plan: what to send for one run id, and where it sits in its lane.
+class PlanRequest(PlanCell):
+    """A plan line as read back: the planned cell and the 1-based line it was read from."""
 
-    Attributes:
-        run_id: derived from (study, stage, system, item, arm, repeat); unique in the plan.
-        stage: the registered stage, or None for a scope without stages.
-        system: the registered system slot; provider/model/api_model/api_shape/setting: how it is called.
-        lane, lane_position, arm_position: the interleaving the runner follows.
-        prompt: the exact user prompt; request_body: the exact provider body (UTF-8 text).
-        line: the 1-based plan line it was read from.
-    """
-
-    run_id: str
-    study: str
-    stage: str | None
-    system: str
-    provider: str
-    model: str
-    api_model: str
-    api_shape: str
-    setting: str
-    item: str
-    arm: str
-    repeat: int
-    lane: int
-    lane_position: int
-    arm_position: int
-    prompt: str
-    prompt_sha256: str
-    request_body: str
-    request_sha256: str
     line: int
-
-    @property
-    def body(self) -> bytes:
-        """The exact request body bytes (their sha256 is `request_sha256`)."""
-        return self.request_body.encode("utf-8")
 
 
 _REQUEST_FIELDS: Final = frozenset(

@@ -51,6 +51,7 @@ from harness.providers.base import GenerationSettings
 from harness.providers.registry import adapter_for
 from harness.study.design import Design, System
 from harness.study.order import draw, permutation
+from harness.study.plan_records import PLAN_REQUEST_KIND, PlanCell
 from harness.study.prereg import check_frozen
 
 __all__ = [
@@ -71,7 +72,7 @@ __all__ = [
 
 SCOPES: Final = ("pilot", "matrix-once", "full")
 HEADER_KIND: Final = "plan-header.v1"
-REQUEST_KIND: Final = "plan-request.v1"
+REQUEST_KIND: Final = PLAN_REQUEST_KIND
 PLACEHOLDER_BASE_URLS: Final = ("http://plan.invalid/v1", "https://placeholder.invalid/elsewhere/v2")
 """Two base URLs a request body is built against: a body that differs between them is an internal error."""
 MATRIX_STAGE: Final = "matrix"
@@ -86,34 +87,6 @@ def run_id(study: str, stage: str, slot: str, item: str, arm: str, repeat: int) 
 def apply_template(template: str, prompt: str) -> str:
     """The user prompt: `template` with `{prompt}` replaced as plain text (braces in code stay as they are)."""
     return template.replace("{prompt}", prompt)
-
-
-@dataclass(frozen=True)
-class PlanCell:
-    """One planned request: where it runs, what it sends, and the hashes that pin both."""
-
-    run_id: str
-    study: str
-    stage: str
-    system: str
-    provider: str
-    model: str
-    api_model: str
-    api_shape: str
-    setting: str
-    item: str
-    arm: str
-    repeat: int
-    lane: int
-    lane_position: int
-    arm_position: int
-    prompt: str
-    prompt_sha256: str
-    request_body: str
-    request_sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": REQUEST_KIND, **{name: getattr(self, name) for name in self.__dataclass_fields__}}
 
 
 @dataclass(frozen=True)
@@ -156,7 +129,7 @@ class Plan:
         """Requests per stage, system and lane (a list indexed by lane)."""
         out: dict[str, dict[str, list[int]]] = {}
         for cell in self.cells:
-            lanes = out.setdefault(cell.stage, {}).setdefault(cell.system, [])
+            lanes = out.setdefault(cell.stage or "", {}).setdefault(cell.system, [])
             lanes.extend([0] * (cell.lane + 1 - len(lanes)))
             lanes[cell.lane] += 1
         return out
