@@ -21,10 +21,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from study_fixtures import prereg, sim_servers, system, urls  # noqa: E402
+from study_fixtures import prereg, sim_servers, system, urls
 
-from harness.study.attempts import read_plan  # noqa: E402
-from harness.study.runner import run_stage  # noqa: E402
+from harness.study.attempts import read_plan
+from harness.study.runner import run_stage
 
 ITEMS = 60
 
