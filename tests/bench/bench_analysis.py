@@ -1,0 +1,139 @@
+"""Benchmark: the q table and the cheap-first composition on a 1,000,000-row attempts frame.
+
+The frame (numpy, fixed seed): 3 systems x 2 arms x 2 stages x 8,334 items x 10
+repeats, truncated to 1,000,000 rows. `q_table` (polars group_by/agg) and
+`break_even` + `sensitivity_grid` are timed on it. The baseline is a plain
+Python loop over rows (dicts of running sums, `statistics.median`/quantiles per
+group) on the first 100,000 rows, against `q_table` on the same 100,000 rows;
+the two must agree on n, passes, costs and latency quantiles.
+
+Run: .venv/bin/python -m pytest -q -p no:xdist -o python_files='bench_*.py' tests/bench/bench_analysis.py -s
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from harness.analysis.breakeven import break_even, sensitivity_grid
+from harness.analysis.tables import TOKEN_COLUMNS, q_table
+
+pytestmark = pytest.mark.bench
+
+ROWS = 1_000_000
+LOOP_ROWS = 100_000
+SYSTEMS = ("cheap", "mid", "strong")
+ARMS = ("single", "agent")
+STAGES = ("pilot", "main")
+REPEATS = 10
+
+
+def _frame(rows: int, seed: int = 20261130) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    cells = len(SYSTEMS) * len(ARMS) * len(STAGES)
+    items = math.ceil(rows / (cells * REPEATS))
+    total = cells * items * REPEATS
+    idx = np.arange(total)
+    repeat = idx % REPEATS
+    item = (idx // REPEATS) % items
+    cell = idx // (REPEATS * items)
+    system = cell % len(SYSTEMS)
+    arm = (cell // len(SYSTEMS)) % len(ARMS)
+    stage = cell // (len(SYSTEMS) * len(ARMS))
+    pass_p = np.array([0.55, 0.7, 0.85])[system]
+    cost = np.array([0.002, 0.01, 0.05])[system] * rng.lognormal(0.0, 0.3, total)
+    # A few unknown costs, on "mid" only, so the q table shows them and the cascade has none.
+    cost_known = (system != 1) | (rng.random(total) > 0.001)
+    frame = pl.DataFrame(
+        {
+            "study": pl.Series(["bench"] * total, dtype=pl.String),
+            "stage": np.array(STAGES)[stage],
+            "system": np.array(SYSTEMS)[system],
+            "arm": np.array(ARMS)[arm],
+            "item": np.char.add("HumanEval/", item.astype(str)),
+            "repeat": repeat.astype(np.int64),
+            "run_id": np.char.add("run-", (idx // 50_000).astype(str)),
+            "passed": rng.random(total) < pass_p,
+            "cost_usd": pl.Series(np.where(cost_known, cost, np.nan)).fill_nan(None),
+            "latency_s": rng.gamma(2.0, 1.5, total),
+            **{name: rng.integers(0, 4000, total, dtype=np.int64) for name in TOKEN_COLUMNS},
+            "lane": np.array(["a", "b"])[idx % 2],
+        }
+    )
+    # Keep `rows` (the cut falls in the last cell: main/agent/strong), then shuffle so groups
+    # interleave as in an append-only log.
+    return frame.head(rows).sample(fraction=1.0, shuffle=True, seed=seed)
+
+
+def _loop_q_table(frame: pl.DataFrame) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The straightforward per-row Python loop a notebook might write (no intervals)."""
+    groups: dict[tuple[str, ...], dict[str, Any]] = defaultdict(
+        lambda: {"n": 0, "passes": 0, "cost": 0.0, "unknown": 0, "lat": [], "tokens": [0] * 5}
+    )
+    for row in frame.iter_rows(named=True):
+        g = groups[(row["study"], row["stage"], row["system"], row["arm"])]
+        g["n"] += 1
+        g["passes"] += row["passed"]
+        if row["cost_usd"] is None:
+            g["unknown"] += 1
+        else:
+            g["cost"] += row["cost_usd"]
+        g["lat"].append(row["latency_s"])
+        for k, name in enumerate(TOKEN_COLUMNS):
+            g["tokens"][k] += row[name]
+    for g in groups.values():
+        lat = sorted(g.pop("lat"))
+        g["median"] = float(np.median(lat))
+        pos = 0.95 * (len(lat) - 1)
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(lat) - 1)
+        g["p95"] = lat[lo] + (pos - lo) * (lat[hi] - lat[lo])
+    return groups
+
+
+def test_q_table_million_rows() -> None:
+    frame = _frame(ROWS)
+    assert frame.height == ROWS
+
+    start = time.perf_counter()
+    table = q_table(frame)
+    q_seconds = time.perf_counter() - start
+    assert table.get_column("n").sum() == ROWS
+
+    start = time.perf_counter()
+    result = break_even(frame, cheap="cheap", strong="strong", arm="single", stage="main")
+    grid = sensitivity_grid(frame, cheap="cheap", strong="strong", arm="single", stage="main")
+    cascade_seconds = time.perf_counter() - start
+    assert result.composed_pass_rate >= max(result.q, result.strong_pass_rate)
+    assert grid.height == 25
+
+    small = frame.head(LOOP_ROWS)
+    start = time.perf_counter()
+    small_table = q_table(small)
+    small_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    loop = _loop_q_table(small)
+    loop_seconds = time.perf_counter() - start
+    for row in small_table.rows(named=True):
+        g = loop[(row["study"], row["stage"], row["system"], row["arm"])]
+        assert (row["n"], row["passes"], row["cost_unknown"]) == (g["n"], g["passes"], g["unknown"])
+        assert row["cost_known_usd"] == pytest.approx(g["cost"], rel=1e-9)
+        assert row["latency_median_s"] == pytest.approx(g["median"], rel=1e-12)
+        assert row["latency_p95_s"] == pytest.approx(g["p95"], rel=1e-12)
+        assert [row[name] for name in TOKEN_COLUMNS] == g["tokens"]
+
+    print(
+        f"\nq_table on {ROWS:,} rows ({table.height} groups): {q_seconds:.3f} s"
+        f"\nbreak_even + sensitivity_grid (5x5) on {ROWS:,} rows, stage main "
+        f"({result.n_pairs:,} pairs): {cascade_seconds:.3f} s"
+        f"\non {LOOP_ROWS:,} rows: q_table {small_seconds:.3f} s, plain Python row loop "
+        f"{loop_seconds:.3f} s, loop/q_table = {loop_seconds / small_seconds:.1f}x"
+        f"\nrows/s: q_table {ROWS / q_seconds:,.0f} (1M), loop {LOOP_ROWS / loop_seconds:,.0f} (100k)"
+    )
+    assert q_seconds < 30.0
