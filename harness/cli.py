@@ -56,6 +56,22 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _report(args: argparse.Namespace) -> dict[str, Any]:
+    """`proctor report`: check a stage folder whole, then print its q table (`harness.study.report`)."""
+    from harness.analysis.tables import q_table
+    from harness.study.report import build_report
+
+    report = build_report(args.stage_dir, prereg_dir=args.prereg)
+    rows = q_table(report.frame).to_dicts()
+    if args.json:
+        return {**report.summary, "q_table": rows}
+    summary = {k: v for k, v in report.summary.items() if k != "amendments"}
+    summary["amendments"] = [f"{a['amendment']} ({a['at']}): {a['reason']}" for a in report.summary["amendments"]]
+    shown = ("system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+             "cost_per_pass_usd", "latency_median_s")
+    return {**summary, "q_table": [{k: row[k] for k in shown} for row in rows]}
+
+
 def _lane(args: argparse.Namespace) -> dict[str, Any]:
     from harness.proctor.lanes import choose_lane
     from harness.proctor.task import load_task
@@ -375,6 +391,11 @@ def _parser() -> _Parser:
     p.add_argument("--stage", help="schedule only this stage's runs (the log's seed must name it)")
     p.add_argument("--transport-retries", type=int, default=3, choices=(0, 1, 2, 3),
                    help="retries after a transport-class error, as registered (default 3: four attempts)")
+
+    p = add("report", _report, "Check a stage's results folder whole (chains, plan, freeze, receipts, every runner "
+            "invariant) and print its q table; exit 3 naming every problem.")
+    p.add_argument("stage_dir", metavar="RESULTS_STAGE_DIR", help="the stage folder (RESULTS/<study>/<stage>)")
+    p.add_argument("--prereg", required=True, help="the frozen preregistration folder")
 
     p = add("run", _run, "Run (or continue) a stage of a frozen preregistration: lanes, admission, ceiling, "
             "verification (the same call as notebooks/run_study.ipynb).")
