@@ -17,6 +17,7 @@ from typing import Any
 from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.layout import real_parents, remove_entry
 from harness.evidence.tree import TreeEntry, display_path, scan_tree, signature_of
 from harness.proctor.task import HiddenInput
 
@@ -88,25 +89,6 @@ def check_copies(state_root: str, sealed: Sequence[Mapping[str, Any]], hidden: S
             raise Refusal("state_tampered", "a hidden copy no longer matches the pin", path)
 
 
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
-
-
-def _real_parents(workspace: str, relative: str) -> str:
-    """Make every folder above `relative` a real folder (a worker may plant a link); returns the path."""
-    here = workspace
-    for part in relative.split("/")[:-1]:
-        here = os.path.join(here, part)
-        if os.path.islink(here) or (os.path.lexists(here) and not os.path.isdir(here)):
-            _remove(here)
-        if not os.path.lexists(here):
-            os.mkdir(here)
-    return os.path.join(workspace, relative)
-
-
 def restore_sealed(
     workspace: str, state_root: str, sealed: Sequence[Mapping[str, Any]], current: Mapping[bytes, TreeEntry]
 ) -> list[str]:
@@ -117,8 +99,8 @@ def restore_sealed(
         entry = current.get(rel)
         if entry is not None and entry.kind == "file" and entry.digest == item["sha256"] and entry.executable == item["executable"]:
             continue
-        target = _real_parents(workspace, item["path"])
-        _remove(target)
+        target = real_parents(workspace, item["path"])
+        remove_entry(target)
         data = read_bytes(os.path.join(state_root, "sealed", item["path"]))
         atomic_write(target, data, mode=0o755 if item["executable"] else 0o644)
         restored.append(item["path"])
@@ -130,7 +112,7 @@ def lay_hidden(copy_root: str, state_root: str, hidden: Sequence[Mapping[str, An
     for item in hidden:
         source = os.path.join(state_root, "hidden", item["stored"])
         dest = os.path.join(copy_root, item["to"])
-        _remove(dest)
+        remove_entry(dest)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if item["kind"] == "dir":
             shutil.copytree(source, dest, symlinks=True)

@@ -35,6 +35,7 @@ from typing import Any
 from harness.catalog import load_catalog, resolve_model, worker_env
 from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes
+from harness.evidence.layout import lay_entry, real_parents, remove_entry
 from harness.evidence.tree import TreeEntry, diff_trees, display_path, scan_tree, signature_of
 from harness.proctor.lanes import PRODUCTION_ENTRYPOINTS
 from harness.proctor.state import NESTED_ENV
@@ -74,24 +75,6 @@ def _snapshot(root: str, entries: Mapping[bytes, TreeEntry], dest: str) -> dict[
     return modes
 
 
-def _remove(path: bytes) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
-
-
-def _real_parents(root: bytes, rel: bytes) -> None:
-    """Make every folder above `rel` a real folder, so that nothing is written through a planted link."""
-    here = root
-    for part in rel.split(b"/")[:-1]:
-        here = os.path.join(here, part)
-        if os.path.islink(here) or (os.path.lexists(here) and not os.path.isdir(here)):
-            _remove(here)
-        if not os.path.lexists(here):
-            os.mkdir(here)
-
-
 def restore_tree(
     root: str,
     before: Mapping[bytes, TreeEntry],
@@ -106,32 +89,20 @@ def restore_tree(
     for rel in sorted(diff.added, reverse=True):  # children first; a removed folder takes its children
         target = os.path.join(base, rel)
         if os.path.lexists(target) and rel not in before:
-            _remove(target)
+            remove_entry(target)
     for rel in sorted({*diff.removed, *diff.changed}):  # parents first
         entry = before[rel]
         target = os.path.join(base, rel)
-        _real_parents(base, rel)
+        real_parents(base, rel)
         if entry.kind == "dir":
             if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
-                _remove(target)
+                remove_entry(target)
             if not os.path.lexists(target):
                 os.mkdir(target)
             continue
-        _remove(target)
-        if entry.kind == "file":
-            data = read_bytes(os.path.join(copy, str(index[rel])))
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            try:
-                os.write(fd, data)
-                os.fchmod(fd, modes.get(rel, 0o755 if entry.executable else 0o644))
-            finally:
-                os.close(fd)
-        elif entry.kind == "link" and entry.target is not None:
-            os.symlink(entry.target, target)
-        elif entry.kind == "fifo":
-            os.mkfifo(target)
-        else:
-            raise Refusal("unsupported_special_file", f"cannot restore a {entry.kind}", display_path(rel))
+        remove_entry(target)
+        data = read_bytes(os.path.join(copy, str(index[rel]))) if entry.kind == "file" else None
+        lay_entry(target, entry, data, modes.get(rel))
     return [display_path(p) for p in sorted({*diff.added, *diff.removed, *diff.changed})]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from harness.errors import Refusal
 from harness.evidence.fsutil import ensure_private_dir
 from harness.evidence.jsonio import read_bytes, read_json, sha256_hex
+from harness.evidence.layout import lay_entry
 from harness.evidence.tree import (
     TreeEntry,
     manifest_from_json,
@@ -47,19 +48,9 @@ def copy_tree(source: str, entries: Mapping[bytes, TreeEntry], dest: str) -> Non
         target = os.path.join(dst, rel)
         if entry.kind == "dir":
             os.mkdir(target, 0o755)
-        elif entry.kind == "file":
-            data = read_bytes(os.path.join(src, rel).decode("utf-8", "surrogateescape"))
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if entry.executable else 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-        elif entry.kind == "link" and entry.target is not None:
-            os.symlink(entry.target, target)
-        elif entry.kind == "fifo":
-            os.mkfifo(target)
         else:
-            raise Refusal("unsupported_special_file", f"cannot copy a {entry.kind}", target.decode("utf-8", "backslashreplace"))
+            data = read_bytes(os.path.join(src, rel).decode("utf-8", "surrogateescape")) if entry.kind == "file" else None
+            lay_entry(target, entry, data)
 
 
 def _tampered_since_dispatch(gate: Gate) -> list[str]:
