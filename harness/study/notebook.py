@@ -14,8 +14,8 @@ sha256 in the stage's `anchors.jsonl`, as one more `anchor.v1` record made by
      "logs": {name: {"lines", "head"}} for every chained log of the stage,
      "manifests": {"notebook:<path>": sha256 of the executed copy's bytes}}
 
-`<path>` is the executed copy's path relative to the stage folder (absolute
-when it lies outside). The record is appended under the stage's invocation
+`<path>` is the executed copy's path relative to the stage folder (with `..`
+when it lies outside; `output_manifest_name`). The record is appended under the stage's invocation
 lock (`invocation_locked` while a run holds it), with a time no earlier than
 any time already in the anchor and run logs. A notebook that fails
 (`PapermillExecutionError`, e.g. on a refusal) is anchored too, then the
@@ -46,9 +46,11 @@ __all__ = [
     "StageIncomplete",
     "Table",
     "anchor_notebook",
+    "anchor_outputs",
     "anchors_table",
     "cells_table",
     "execute_notebook",
+    "output_manifest_name",
     "preflight_table",
     "progress_table",
     "repo_root",
@@ -353,20 +355,41 @@ def _last_time(folder: str, study: str, stage: str) -> float:
     return latest
 
 
-def anchor_notebook(folder: str, study: str, stage: str, executed: str | os.PathLike[str]) -> dict[str, Any]:
-    """Append the `notebook` anchor of an executed copy to the stage's `anchors.jsonl`; returns the record."""
+def output_manifest_name(folder: str, path: str | os.PathLike[str], prefix: str = "output") -> str:
+    """`<prefix>:<path relative to the stage folder>` (POSIX separators; `..` when it lies outside).
+
+    `proctor audit` resolves every `notebook:` and `output:` manifest from the stage
+    folder it is anchored in, so a results folder moved whole still audits.
+    """
+    rel = os.path.relpath(os.path.abspath(os.fspath(path)), folder)
+    return f"{prefix}:{rel.replace(os.sep, '/')}"
+
+
+def anchor_outputs(
+    folder: str, study: str, stage: str, reason: str, named: Mapping[str, str | os.PathLike[str]]
+) -> dict[str, Any]:
+    """Append one `anchor.v1` record with `named` ({manifest name: path}) to the stage's `anchors.jsonl`.
+
+    The record also anchors every chained log of the stage (lines and head), is
+    written under the stage's invocation lock (`invocation_locked` while a run
+    holds it) and at a time no earlier than any time in the anchor and run logs.
+    Returns the record as appended.
+    """
     from harness.evidence.chain import ChainedLog
     from harness.study.anchors import anchor_record
 
-    out = os.path.abspath(os.fspath(executed))
-    rel = os.path.relpath(out, folder)
-    name = "notebook:" + (out if rel.startswith(os.pardir) else rel)
     with InvocationLock(os.path.join(folder, ".invocation.lock")):
         at = Clock(floor=_last_time(folder, study, stage)).now()
         logs = {log: (os.path.join(folder, f"{log}.jsonl"), log_seed(study, stage, log))
                 for log in LOGS if log != "anchors"}
-        record = anchor_record(at, "notebook", logs, {name: out})
+        record = anchor_record(at, reason, logs, {name: os.fspath(p) for name, p in named.items()})
         return ChainedLog(os.path.join(folder, "anchors.jsonl"), log_seed(study, stage, "anchors")).append(record)
+
+
+def anchor_notebook(folder: str, study: str, stage: str, executed: str | os.PathLike[str]) -> dict[str, Any]:
+    """Append the `notebook` anchor of an executed copy to the stage's `anchors.jsonl`; returns the record."""
+    return anchor_outputs(folder, study, stage, "notebook",
+                          {output_manifest_name(folder, executed, "notebook"): executed})
 
 
 def execute_notebook(
