@@ -79,7 +79,7 @@ def system(name: str, skill: float, *, latency: float = 0.0, **failures: float) 
 
 def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float = 0.01,
            overall: float = 3.0, margin: float = 0.2, deadline: float = 20, items: int = 6,
-           retries: int = 0) -> Path:
+           retries: int = 0, repeats: int = 1, anchor_remote: str | None = None) -> Path:
     design = {
         "study": {"id": "rt", "seed": 11, "title": "runner test"},
         "suite": {"name": "humaneval", "packet": str(HUMANEVAL / "packet.jsonl"), "packet_sha256": PACKET_SHA},
@@ -91,7 +91,7 @@ def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float
              "pricing_key": "sim-glm", "cap_usd": caps[1]},
         ],
         "arms": [{"id": "direct", "template": "Complete this function in one ```python block.\n\n{prompt}"}],
-        "stages": [{"id": "A", "systems": ["good", "bad"], "arms": ["direct"], "items": items, "repeats": 1}],
+        "stages": [{"id": "A", "systems": ["good", "bad"], "arms": ["direct"], "items": items, "repeats": repeats}],
         "budgets": {"reserve_per_item_usd": reserve, "overall_cap_usd": overall, "ceiling_margin_usd": margin,
                     "spend_before_usd": 0.0},
         "run": {"lanes_per_system": 2, "attempt_deadline_s": deadline, "reruns": 2, "transport_retries": retries,
@@ -100,6 +100,8 @@ def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float
                      "comparisons": [{"a": "good", "b": "bad", "arm": "direct", "margin": 0.1,
                                       "expected_a": 0.6, "expected_b": 0.65, "correlation": 0.5}]},
     }
+    if anchor_remote is not None:  # relative paths are taken from the preregistration folder
+        design["run"]["anchor_remote"] = anchor_remote
     folder = root / "prereg" / "rt"
     folder.mkdir(parents=True)
     (folder / "design.toml").write_text(toml_dumps(design))
