@@ -72,6 +72,52 @@ def _report(args: argparse.Namespace) -> dict[str, Any]:
     return {**summary, "q_table": [{k: row[k] for k in shown} for row in rows]}
 
 
+def _analyze(args: argparse.Namespace) -> dict[str, Any]:
+    """`proctor analyze`: run notebooks/analysis.ipynb, export HTML, anchor every output (`harness.study.analyze`)."""
+    from harness.study.analyze import analyze_results
+
+    def show(line: str) -> None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+    if args.json:
+        return got
+    shown = ("stage", "system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+             "cost_per_pass_usd")
+    return {"ok": True, "study": got["study"], "prereg": got["prereg"],
+            "q_table": [{k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in row.items() if k in shown}
+                        for row in got["q_table"]],
+            "comparisons": got["verdicts"], "break_even": got["break_even"],
+            "notebook": got["notebook"]["path"], "html": got["html"]["path"],
+            "tables": [t["path"] for t in got["tables"]], "figures": [f["path"] for f in got["figures"]],
+            "anchored_in": [a["folder"] for a in got["anchored"]]}
+
+
+def _batch(args: argparse.Namespace) -> dict[str, Any]:
+    """`proctor batch`: run a batch file's notebooks in order with papermill (`harness.study.batch`)."""
+    from harness.study.batch import run_batch
+
+    def show(line: str) -> None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    return run_batch(args.file, progress=None if args.json else show)
+
+
+def _audit(args: argparse.Namespace) -> dict[str, Any]:
+    """`proctor audit`: check that nothing in a study's results was altered (`harness.study.audit`); exit 1 on a break."""
+    from harness.study.audit import audit_results
+
+    got = audit_results(args.results, prereg=args.prereg).to_json()
+    if args.json:
+        return got
+    shown = ("ok", "study", "folder", "prereg", "frozen_sha256", "verified", "witness", "sandbox", "guarantees")
+    problems = [f"{p['file']}{'' if p['line'] is None else ':' + str(p['line'])}: [{p['rule']}] {p['message']}"
+                for p in got["problems"]]
+    return {**{k: got[k] for k in shown}, "problems": problems}
+
+
 def _lane(args: argparse.Namespace) -> dict[str, Any]:
     from harness.proctor.lanes import choose_lane
     from harness.proctor.task import load_task
@@ -396,9 +442,24 @@ def _parser() -> _Parser:
             "invariant) and print its q table; exit 3 naming every problem.")
     p.add_argument("stage_dir", metavar="RESULTS_STAGE_DIR", help="the stage folder (RESULTS/<study>/<stage>)")
     p.add_argument("--prereg", required=True, help="the frozen preregistration folder")
+    p = add("analyze", _analyze, "Analyse a study's results with notebooks/analysis.ipynb (papermill): q table, "
+            "paired TOST, break-even, power; export HTML and anchor every output; exit 3 when a stage does not "
+            "validate.")
+    p.add_argument("results", metavar="RESULTS", help="RESULTS, RESULTS/<study> or one stage folder")
+    p.add_argument("--prereg", help="the preregistration (default: found under prereg/ by the freeze's sha256)")
+    p.add_argument("--out", help="the analysis folder (default: RESULTS/<study>/analysis)")
+    p = add("batch", _batch, "Run parameterised notebooks in order with papermill, stopping at the first failure "
+            "(exit 1); FILE is JSON: {\"jobs\": [{\"notebook\", \"out\", \"parameters\", \"cwd\"}]}.")
+    p.add_argument("file", metavar="FILE", help="the batch file (relative paths in it are taken from its folder)")
+
+    p = add("audit", _audit, "Check that nothing in a study's results was altered: chains, the freeze, the plan, "
+            "every runner invariant, receipt and anchor, every anchored notebook and output, the anchor remote; "
+            "exit 1 naming every break.")
+    p.add_argument("results", metavar="RESULTS", help="RESULTS, RESULTS/<study> or one stage folder")
+    p.add_argument("--prereg", help="the preregistration (default: found under prereg/ by the freeze's sha256)")
 
     p = add("run", _run, "Run (or continue) a stage of a frozen preregistration: lanes, admission, ceiling, "
-            "verification (the same call as notebooks/run_study.ipynb).")
+            "verification (the same call as notebooks/run_study.ipynb).", boxed)
     p.add_argument("prereg", help="the frozen preregistration folder")
     p.add_argument("--stage", required=True, help="the registered stage to run")
     p.add_argument("--results", required=True, help="the results root (the stage runs into RESULTS/<study>/<stage>)")

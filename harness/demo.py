@@ -12,6 +12,14 @@ dispatching again while verify fails and the budget allows, then accept,
 record (tokens and the notional cost metered from the wire) and status. The
 simulator is deterministic from its seed, so the walk-through is the same on
 every run; its default seed and task end accepted after one failed attempt.
+
+Part three is a whole preregistered study: it checks the frozen `prereg/demo`,
+starts the simulator answering HumanEval items, runs stage A through
+`notebooks/run_study.ipynb` (`proctor batch`, papermill), stops the simulator,
+runs `proctor analyze` (the analysis notebook, its HTML export, tables and
+figures, all anchored) and `proctor audit`, and prints the q table, the
+equivalence verdict, the break-even lines and the paths. Its files go to
+`build/demo/` (emptied first; `--out` elsewhere), so they can be read after.
 """
 
 from __future__ import annotations
@@ -69,12 +77,19 @@ def _run(
 
 
 @contextmanager
-def simulator(folder: Path, seed: int) -> Iterator[str]:
-    """Run `proctor sim serve` on a free loopback port for the block; yields its base URL. Stopped in a finally."""
-    ready = folder / "sim-ready.json"
-    argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", "--tasks", str(TASKS),
+def simulator(folder: Path, seed: int, source: tuple[str, str] | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run `proctor sim serve` on a free loopback port for the block; yields its base URL. Stopped in a finally.
+
+    `source` is the simulator's answers: ("--tasks", folder) (default: the bundled tasks)
+    or ("--answers", a JSONL file).
+    """
+    ready = folder / f"sim-ready-{seed}.json"
+    flag, where = source or ("--tasks", str(TASKS))
+    argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", flag, where,
             "--ready-file", str(ready), "--seed", str(seed)]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=None if env is None else dict(env))
     try:
         deadline = time.monotonic() + 30
         while not ready.exists():
@@ -104,7 +119,8 @@ def part_one(task_name: str, tmp: Path) -> None:
     """The scripted worker: a worker that fixes the task without any model."""
     task_dir = TASKS / task_name
     task = str(task_dir / "task.json")
-    worker = [sys.executable, str(TASKS / "scripted_worker.py")]
+    # Named in its argv, the task folder is visible (read-only) in the worker's sandbox; its hidden tests are not.
+    worker = [sys.executable, str(TASKS / "scripted_worker.py"), "--task-dir", str(task_dir)]
     ws = str(make_workspace(task_dir, tmp / "scripted"))
     print(f"proctor demo, part 1: the scripted worker on task {task_name}, workspace {ws} (a fresh git repository)")
     r = _run("lane: which tier of worker", ["lane", "--task", task], 0)
@@ -202,18 +218,82 @@ def part_two(task_name: str, seed: int, tmp: Path) -> None:
         )
 
 
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """Rows as aligned text (floats to 3 places, None as '-')."""
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3f}" if v == 0 or abs(v) >= 0.1 else f"{v:.3g}"
+        return str(v)
+
+    cells = [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def part_three(out: Path, seed: int, tmp: Path) -> None:
+    """A preregistered study: run notebook, analysis notebook and audit on the frozen prereg/demo."""
+    prereg = REPO / "prereg" / "demo"
+    results = out / "results"
+    stage = "A"
+    print("\n\nproctor demo, part 3: the frozen preregistration prereg/demo, stage A, against simulated tiers")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    r = _run("check the frozen preregistration", ["prereg", "check", str(prereg)], 0)
+    print(f"study {r.get('study')}: frozen, unchanged; budget covered: {r['budget']['covered']}")
+    env = {**os.environ, "PROCTOR_SIM_LATENCY_SCALE": "0.2"}
+    answers = REPO / "evals" / "humaneval" / "private" / "sim_answers.jsonl"
+    with simulator(tmp, seed, ("--answers", str(answers)), env) as url:
+        print(f"simulator at {url}, answering HumanEval items (latency scaled by 0.2)")
+        executed = results / "demo" / stage / "run_study.ipynb"
+        batch = out / "run-batch.json"
+        batch.write_text(json.dumps({"jobs": [{
+            "notebook": str(REPO / "notebooks" / "run_study.ipynb"), "out": str(executed), "cwd": str(REPO),
+            "parameters": {"prereg": str(prereg), "stage": stage, "results": str(results), "base_url": url},
+        }]}, indent=2))
+        _run("run the stage through notebooks/run_study.ipynb (papermill)", ["batch", str(batch)], 0)
+        print(f"executed run notebook {executed}")
+    print("simulator stopped")
+    r = _run("analyse: notebooks/analysis.ipynb (papermill), HTML export, outputs anchored",
+             ["analyze", str(results)], 0)
+    print("\nq table (hidden-test pass rate, Wilson interval, cost per pass):")
+    print(_table(r["q_table"], ["stage", "system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high",
+                                "cost_usd", "cost_per_pass_usd"]))
+    print("\nequivalence (paired TOST at the registered margin):")
+    print("\n".join(r["verdicts"]) or "(no registered comparison)")
+    print("\ncheap-first break-even:")
+    print("\n".join(r["break_even"]) or "(no cascade)")
+    print(f"\nexecuted analysis notebook {r['notebook']['path']}\nHTML {r['html']['path']}")
+    print("figures:\n" + "\n".join(f"  {f['path']}" for f in r["figures"]))
+    a = _run("audit: every chain, anchor, receipt, the freeze, the plan and every anchored output",
+             ["audit", str(results)], 0)
+    print(f"audit: {'intact' if a['ok'] else 'BROKEN'}; {a.get('message') or ''}".rstrip("; "))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__)
     parser.add_argument("--task", default="wordfreq", help="bundled task folder for part 1 (the scripted worker)")
     parser.add_argument("--model-task", default="intervals", help="bundled task folder for part 2 (a model)")
     parser.add_argument("--seed", type=int, default=0, help="the simulator's seed for part 2")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--out", default=str(REPO / "build" / "demo"),
+                        help="where part 3 writes its results, notebooks and figures (emptied first)")
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run (comma-separated)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="proctor-demo-"))
     started = time.monotonic()
     try:
-        part_one(args.task, tmp)
-        part_two(args.model_task, args.seed, tmp)
+        parts = {p.strip() for p in args.parts.split(",")}
+        if "1" in parts:
+            part_one(args.task, tmp)
+        if "2" in parts:
+            part_two(args.model_task, args.seed, tmp)
+        if "3" in parts:
+            part_three(Path(args.out).resolve(), args.seed, tmp)
         print(f"\nproctor demo: done in {time.monotonic() - started:.1f}s")
     finally:
         if args.keep:

@@ -43,6 +43,8 @@ from harness.study.run_records import LOGS, RunProgress, RunSummary, log_seed, s
 
 __all__ = [
     "KERNEL_NAME",
+    "OUTPUT_REASONS",
+    "PapermillRun",
     "StageIncomplete",
     "Table",
     "anchor_notebook",
@@ -56,6 +58,7 @@ __all__ = [
     "repo_root",
     "require_complete",
     "resolve",
+    "run_papermill",
     "run_with_progress",
     "study_base_urls",
     "summary_table",
@@ -355,6 +358,10 @@ def _last_time(folder: str, study: str, stage: str) -> float:
     return latest
 
 
+OUTPUT_REASONS: Final = ("notebook", "analysis", "outputs")
+"""The reasons `anchor_outputs` writes (the runner's own anchors are `periodic` and `end`)."""
+
+
 def output_manifest_name(folder: str, path: str | os.PathLike[str], prefix: str = "output") -> str:
     """`<prefix>:<path relative to the stage folder>` (POSIX separators; `..` when it lies outside).
 
@@ -366,24 +373,65 @@ def output_manifest_name(folder: str, path: str | os.PathLike[str], prefix: str 
 
 
 def anchor_outputs(
-    folder: str, study: str, stage: str, reason: str, named: Mapping[str, str | os.PathLike[str]]
+    folder: str, study: str, stage: str, reason: str, named: Mapping[str, str | os.PathLike[str]],
+    *, prereg: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Append one `anchor.v1` record with `named` ({manifest name: path}) to the stage's `anchors.jsonl`.
 
     The record also anchors every chained log of the stage (lines and head), is
     written under the stage's invocation lock (`invocation_locked` while a run
     holds it) and at a time no earlier than any time in the anchor and run logs.
-    Returns the record as appended.
+    When the stage's design registers `run.anchor_remote`, a snapshot of the stage
+    folder is then pushed there (synchronously, still under the lock, never forced),
+    so `proctor audit` has a witness of this anchor line too.
+
+    Args:
+        reason: one of `OUTPUT_REASONS` (the audit refuses any other in an anchor).
+        prereg: the preregistration folder whose design may register a remote; default:
+            the one under `<repository root>/prereg/` whose FROZEN.json has the sha256 the
+            stage's plan records (no push when none is found).
+
+    Returns:
+        The record as appended; with a registered remote, plus `push`: the push's
+        outcome (`ok`, `commit` or `error`). A failed push keeps the anchor.
     """
     from harness.evidence.chain import ChainedLog
+    from harness.study.anchor_push import push_stage
     from harness.study.anchors import anchor_record
 
+    if reason not in OUTPUT_REASONS:
+        raise Refusal("anchor_reason_invalid", f"reason {reason!r} is not one of {', '.join(OUTPUT_REASONS)}",
+                      os.path.join(folder, "anchors.jsonl"))
+    remote = _registered_remote(folder, prereg)
     with InvocationLock(os.path.join(folder, ".invocation.lock")):
         at = Clock(floor=_last_time(folder, study, stage)).now()
         logs = {log: (os.path.join(folder, f"{log}.jsonl"), log_seed(study, stage, log))
                 for log in LOGS if log != "anchors"}
         record = anchor_record(at, reason, logs, {name: os.fspath(p) for name, p in named.items()})
-        return ChainedLog(os.path.join(folder, "anchors.jsonl"), log_seed(study, stage, "anchors")).append(record)
+        written = ChainedLog(os.path.join(folder, "anchors.jsonl"), log_seed(study, stage, "anchors")).append(record)
+        if remote is None:
+            return written
+        outcome = push_stage(folder, f"{study}/{stage}", remote[0], label=reason, timeout_s=remote[1])
+    return {**written, "push": outcome}
+
+
+def _registered_remote(folder: str, prereg: str | os.PathLike[str] | None) -> tuple[str, float] | None:
+    """(the resolved `run.anchor_remote`, its timeout) of the stage's design, or None when none is registered."""
+    from harness.study.anchor_push import resolve_remote
+    from harness.study.attempts import read_plan
+    from harness.study.design import load_design
+    from harness.study.results import find_prereg
+
+    if prereg is None:
+        try:
+            frozen = read_plan(os.path.join(folder, "plan.jsonl")).header.get("frozen_sha256")
+            prereg = find_prereg(str(frozen), repo_root())
+        except Refusal:
+            return None
+    design = load_design(os.path.join(os.fspath(prereg), "design.toml"))
+    if design.run.anchor_remote is None:
+        return None
+    return resolve_remote(design.run.anchor_remote, design.path), design.run.anchor_timeout_s
 
 
 def anchor_notebook(folder: str, study: str, stage: str, executed: str | os.PathLike[str]) -> dict[str, Any]:
@@ -419,29 +467,63 @@ def execute_notebook(
             and is not held by a run).
         Refusal: the anchor could not be written after a successful execution.
     """
+    run = run_papermill(notebook, out_path, parameters, cwd=cwd)
+    try:
+        anchor = _anchor_for(os.path.abspath(os.fspath(notebook)), run.path, run.parameters, cwd)
+    except Refusal:
+        if run.error is None:
+            raise
+        anchor = None  # the notebook's own error is the one to report
+    if run.error is not None:
+        raise run.error
+    return {"ok": True, "notebook": run.path, "sha256": run.sha256, "anchor": anchor}
+
+
+@dataclass(frozen=True)
+class PapermillRun:
+    """A notebook executed by papermill: the executed copy and the cell error, if a cell raised.
+
+    Attributes:
+        path: the executed copy (absolute).
+        sha256: the sha256 of its bytes as saved.
+        parameters: the parameters passed (paths made text).
+        error: the `papermill.PapermillExecutionError` a cell raised (its `ename`, `evalue`), or None.
+    """
+
+    path: str
+    sha256: str
+    parameters: Mapping[str, Any]
+    error: Exception | None
+
+
+def run_papermill(
+    notebook: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    parameters: Mapping[str, Any],
+    *,
+    cwd: str | os.PathLike[str],
+) -> PapermillRun:
+    """Run `notebook` with papermill (kernel `KERNEL_NAME`) into `out_path`; nothing is anchored.
+
+    A cell that raises is returned as `error` after the executed copy (with the
+    error in it) is saved; any other papermill error (no kernel, a missing
+    parameter) is raised.
+    """
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     source = os.path.abspath(os.fspath(notebook))
     out = os.path.abspath(os.fspath(out_path))
-    parameters = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in parameters.items()}
+    plain = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in parameters.items()}
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    failure: PapermillExecutionError | None = None
+    failure: Exception | None = None
     try:
-        papermill.execute_notebook(source, out, parameters=dict(parameters), kernel_name=KERNEL_NAME,
+        papermill.execute_notebook(source, out, parameters=dict(plain), kernel_name=KERNEL_NAME,
                                    progress_bar=False, log_output=False, cwd=os.fspath(cwd))
     except PapermillExecutionError as exc:
         failure = exc
     digest = sha256_hex(read_bytes(out, max_bytes=_MAX_NOTEBOOK_BYTES))
-    try:
-        anchor = _anchor_for(source, out, parameters, cwd)
-    except Refusal:
-        if failure is None:
-            raise
-        anchor = None  # the notebook's own error is the one to report
-    if failure is not None:
-        raise failure
-    return {"ok": True, "notebook": out, "sha256": digest, "anchor": anchor}
+    return PapermillRun(out, digest, plain, failure)
 
 
 def _anchor_for(

@@ -18,7 +18,9 @@ The rules (a problem's `rule`):
     attempt_logged   an attempt line without exactly one run-log `attempt` event, or an event
                      whose hash, line or fields disagree with the record
     class_action     a logged class or action that is not the one recomputed from the record
-    final_link       a final whose attempt link, receipt or replaced list disagrees with the files
+    final_link       a final whose attempt link, receipt or replaced list disagrees with the files,
+                     whose kind, system, item, arm or repeat is not its plan cell's, or that carries
+                     a verdict or receipt without a delivered answer
     archive          an archive missing, not a byte copy of its final, or not listed with its sha256
     reruns_exceeded  an arm (cell) with more than `run.reruns` reruns
     rerun_skipped    a final asking for a rerun with no next rerun, although its invocation went
@@ -42,6 +44,8 @@ The rules (a problem's `rule`):
     late_cost        a late cost that names no abandoned attempt, or two for one attempt
     anchor           an anchor whose line count and head are not a prefix of the log as it is
                      now, or whose manifest sha256 is not the file's
+    final_missing    a run ended by an attempt without its final, although its invocation went on
+                     to its end with no harness stop (a failed verifier) or runner error after it
     incomplete       an invocation that logged `complete: true` while a cell has no standing final
 """
 
@@ -62,6 +66,7 @@ from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.study.attempts import PlanRequest, read_plan
 from harness.study.run_records import (
+    FINAL_KIND,
     LOGS,
     AdmissionInputs,
     action_for,
@@ -288,6 +293,10 @@ class _Check:
                 self.p("finals.jsonl", line, "final_link", f"run id {rid!r} not in the plan")
                 continue
             mine = self.finals.setdefault(str(rid), [])
+            req = self.requests[str(rid)]
+            if [rec.get(k) for k in ("kind", "system", "item", "arm", "repeat")] != [
+                    FINAL_KIND, req.system, req.item, req.arm, req.repeat]:
+                self.p("finals.jsonl", line, "final_link", "kind, system, item, arm or repeat is not the plan's")
             rerun = rec.get("rerun")
             if rerun != len(mine):
                 self.p("finals.jsonl", line, "final_link", f"rerun {rerun!r}: expected {len(mine)}")
@@ -308,6 +317,9 @@ class _Check:
                            f"{rec.get('class')}/{rec.get('action')} is not the recomputed {cls}/{want}")
                 if rec.get("attempt") != attempt["attempt"] or rec.get("error_code") != attempt.get("error_code"):
                     self.p("finals.jsonl", line, "final_link", "attempt or error_code is not the record's")
+                if cls != "delivered" and any(rec.get(k) is not None for k in ("passed", "receipt", "receipt_sha256")):
+                    # the report scores `passed`: only a verified delivered answer may carry one
+                    self.p("finals.jsonl", line, "final_link", f"a {cls} final carries a verdict or a receipt")
                 if cls == "delivered":
                     name = receipt_name(str(rid), int(rerun))  # type: ignore[arg-type]
                     path = os.path.join(self.folder, name)
@@ -611,6 +623,23 @@ class _Check:
                 continue
             self.p("finals.jsonl", line, "rerun_skipped",
                    f"{rid}: rerun {final['rerun'] + 1} owed but never run though the invocation ended at {end}")
+        # A run's end owes its final at once; only a failed verifier (a harness stop) or a runner error
+        # leaves it owed when the invocation goes on to its end (a crash leaves no end).
+        failed = [(float(e["at"]), e.get("system")) for e in self.events
+                  if e.get("event") == "stop" and e.get("cause") in ("harness", "runner-error")]
+        for (rid, rerun), run in self.runs.items():
+            line, rec, _ = run[-1]
+            if not run_ended(rec, self.rules.transport_retries) or any(
+                    f.get("rerun") == rerun for _, f in self.finals.get(rid, [])):
+                continue
+            t = float(rec["ended"])
+            inv = self.invocation_of(t)
+            end = next((at for at, _ in ends if at >= t and self.invocation_of(at) == inv), None)
+            system = self.requests[rid].system
+            if end is None or any(t <= at <= end and s in (None, system) for at, s in failed):
+                continue
+            self.p("attempts.jsonl", line, "final_missing",
+                   f"{rid}: rerun {rerun} ended at {t} without a final though its invocation ended at {end}")
         for at, e in ends:
             if e.get("complete") is True:
                 inv = self.invocation_of(at)

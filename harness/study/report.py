@@ -15,6 +15,8 @@ naming every problem (`problems=[{file, line, rule, message}, ...]`):
                     finals and their receipts' sha256, archives, lanes, admission, spend
                     conservation against the ceiling, halts, anchors. The report reuses the
                     oracle, so the two accept and refuse the same folders.
+    malformed       the oracle could not read the records at all (an intact chain whose
+                    last line lost a field or changed a type): named, never a traceback
 
 The frame has exactly the columns of `harness.analysis.tables.ATTEMPT_COLUMNS`, one
 row per standing final (a cell whose latest final's action is `stand`):
@@ -47,9 +49,9 @@ from harness.meter.usage import CATEGORIES
 from harness.study.attempts import Plan, read_plan
 from harness.study.oracle import Problem, run_problems
 from harness.study.prereg import FrozenPrereg, check_frozen
-from harness.study.run_records import log_seed
+from harness.study.run_records import log_seed, receipt_name
 
-__all__ = ["Report", "build_report"]
+__all__ = ["Report", "build_report", "check_stage"]
 
 PathArg = str | os.PathLike[str]
 
@@ -87,15 +89,17 @@ def _records(folder: str, study: str, stage: str, name: str) -> list[dict[str, A
 def _standing(finals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     last: dict[str, dict[str, Any]] = {}
     for f in finals:
-        last[str(f["run_id"])] = f
+        last[str(f.get("run_id"))] = f  # a final without a run id is the oracle's (final_link)
     return {rid: f for rid, f in last.items() if f.get("action") == "stand"}
 
 
 def _check_receipts(folder: str, standing: dict[str, dict[str, Any]]) -> list[Problem]:
     problems = []
     for rid, f in standing.items():
-        if f.get("class") != "delivered" or not isinstance(f.get("receipt"), str):
+        if f.get("class") != "delivered" or not isinstance(f.get("rerun"), int):
             continue
+        if f.get("receipt") != receipt_name(rid, f["rerun"]):
+            continue  # the oracle names a receipt that is not the run's (never read another path)
         path = os.path.join(folder, f["receipt"])
         if not os.path.exists(path):
             continue  # the oracle names a missing receipt
@@ -145,7 +149,13 @@ def _check(folder: str, prereg: str) -> tuple[list[Problem], FrozenPrereg | None
                                          f"plan.jsonl (sha256 {plan.sha256}) is not the frozen preregistration's "
                                          f"plan of stage {stage!r} (sha256 {sha256_hex(fresh)})"))
     # the oracle: with the registered rules when the freeze holds, else from the run's own files
-    problems.extend(run_problems(folder, prereg_dir=prereg if frozen is not None else None))
+    try:
+        problems.extend(run_problems(folder, prereg_dir=prereg if frozen is not None else None))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        # an intact chain whose records lack a field or have a wrong type (an edited last line): a problem,
+        # never a traceback
+        problems.append(_problem(folder, None, "malformed", f"the oracle cannot read the stage's records: "
+                                 f"{type(exc).__name__}: {exc}"))
     if plan is not None and os.path.exists(plan_path):
         try:
             stage = str(plan.header.get("stage") or os.path.basename(folder))
@@ -154,6 +164,15 @@ def _check(folder: str, prereg: str) -> tuple[list[Problem], FrozenPrereg | None
             finals = []  # the oracle names the broken chain
         problems.extend(_check_receipts(folder, _standing(finals)))
     return problems, frozen, plan
+
+
+def check_stage(stage_folder: PathArg, prereg_dir: PathArg) -> list[Problem]:
+    """Every problem `build_report` refuses a stage folder for (freeze, plan, oracle, receipts); [] when it validates.
+
+    `proctor audit` runs exactly this check on every stage folder it audits.
+    """
+    problems, _, _ = _check(os.path.abspath(os.fspath(stage_folder)), os.path.abspath(os.fspath(prereg_dir)))
+    return problems
 
 
 def _sum_or_none(values: list[Any]) -> float | None:
