@@ -17,11 +17,19 @@ File format (TOML, strict)::
     argv = ["{python}", "-m", "harness", "worker", "llm-edit", "--model", "{model}", "--prompt-file", "{prompt_file}"]
     resume = ["--resume", "{session}"]    # optional: appended to argv to continue a session
     base_url_var = "OPENAI_BASE_URL"      # optional: the variable the worker reads its base URL from
+    network = "proxy"                     # optional: "proxy" (default: the metering proxy only) or "none"
 
 Placeholders in a worker's argv: `{model}` (the catalog id), `{workspace}`,
 `{prompt_file}`, `{python}` (the interpreter running proctor); `resume` may
 also use `{session}`. They are replaced as plain text, anywhere in an
 argument; any other `{name}` is refused, so a typo cannot reach a worker.
+
+`network` says what a worker's sandbox (`harness.workers.sandbox`) lets it
+reach: `proxy`, the metering proxy only (through a Unix socket named by
+`PROCTOR_PROXY_SOCKET`, which the built-in llm-edit worker uses; a worker
+that cannot speak HTTP over a Unix socket reaches nothing), or `none`, no
+network at all (a worker with a local model; its dispatch has no wire log).
+Under `--sandbox none` a `proxy` worker reaches the proxy on loopback TCP.
 
 The catalog is found by `--catalog FILE`, then `PROCTOR_CATALOG`, then the
 bundled `harness/data/catalog.toml` (the simulator's systems). The file is
@@ -51,6 +59,7 @@ __all__ = [
     "CATALOG_ENV",
     "EXAMPLE_CATALOG",
     "LANES",
+    "WORKER_NETWORKS",
     "Catalog",
     "CatalogModel",
     "WorkerTemplate",
@@ -80,7 +89,9 @@ _MAX_BYTES: Final = 1024 * 1024
 _TOP_KEYS: Final = frozenset({"model"})
 _MODEL_REQUIRED: Final = ("id", "provider", "api_shape", "base_url", "credential_env", "pricing_key", "lane")
 _MODEL_KEYS: Final = frozenset({*_MODEL_REQUIRED, "api_model", "base_url_env", "worker"})
-_WORKER_KEYS: Final = frozenset({"argv", "resume", "base_url_var"})
+_WORKER_KEYS: Final = frozenset({"argv", "resume", "base_url_var", "network"})
+WORKER_NETWORKS: Final = ("proxy", "none")
+"""What a worker's sandbox lets it reach: the metering proxy only, or nothing."""
 _ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -90,11 +101,18 @@ RESUME_PLACEHOLDERS: Final = (*ARGV_PLACEHOLDERS, "session")
 
 @dataclass(frozen=True)
 class WorkerTemplate:
-    """How to run an agent on a model: an argv template, resume arguments, its base-URL variable."""
+    """How to run an agent on a model: an argv template, resume arguments, its base-URL variable,
+    and what its sandbox lets it reach (`network`: "proxy" or "none")."""
 
     argv: tuple[str, ...]
     resume: tuple[str, ...] = ()
     base_url_var: str | None = None
+    network: str = "proxy"
+
+    @property
+    def needs_proxy(self) -> bool:
+        """Whether the worker talks to its model (through the metering proxy)."""
+        return self.network == "proxy"
 
     def render(
         self,
@@ -115,7 +133,8 @@ class WorkerTemplate:
         return argv
 
     def to_json(self) -> dict[str, Any]:
-        return {"argv": list(self.argv), "resume": list(self.resume), "base_url_var": self.base_url_var}
+        return {"argv": list(self.argv), "resume": list(self.resume), "base_url_var": self.base_url_var,
+                "network": self.network}  # fmt: skip
 
 
 def _fill(arg: str, values: Mapping[str, str]) -> str:
@@ -304,7 +323,10 @@ def _worker(value: Any, where: str, bad: Any) -> WorkerTemplate:
     argv = _argv(value["argv"], f"{where}.argv", ARGV_PLACEHOLDERS, bad, allow_empty=False)
     resume = _argv(value.get("resume", []), f"{where}.resume", RESUME_PLACEHOLDERS, bad, allow_empty=True)
     base_url_var = _env_name(value, "base_url_var", where, bad) if "base_url_var" in value else None
-    return WorkerTemplate(argv=argv, resume=resume, base_url_var=base_url_var)
+    network = value.get("network", "proxy")
+    if network not in WORKER_NETWORKS:
+        raise bad(f"{where}: network must be one of {', '.join(WORKER_NETWORKS)}, not {network!r}")
+    return WorkerTemplate(argv=argv, resume=resume, base_url_var=base_url_var, network=network)
 
 
 def _argv(value: Any, where: str, allowed: Sequence[str], bad: Any, *, allow_empty: bool) -> tuple[str, ...]:
@@ -412,6 +434,7 @@ def describe_catalog(
                 "pricing_key": model.pricing_key,
                 "price": prices if prices is not None else "unpriced",
                 "worker": model.worker is not None,
+                "worker_network": None if model.worker is None else model.worker.network,
             }
         )
     return {

@@ -39,6 +39,12 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.study.runner.run_stage`)."""
     from harness.study.runner import RunProgress, run_stage
 
+    if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
+        from harness.workers.sandbox import SANDBOX_ENV, resolve_sandbox
+
+        resolve_sandbox(args.sandbox)
+        os.environ[SANDBOX_ENV] = args.sandbox
+
     def show(p: RunProgress) -> None:
         parts = [f"{s.system}: {s.items_admitted} admitted, {s.attempts} attempts, {s.standing}/{s.cells} stand, "
                  f"${s.spend_usd:.6f}/${s.cap_usd:g} ({s.state})" for s in p.systems]
@@ -138,15 +144,15 @@ def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
     if args.model is not None:
         return dispatch(
             args.workspace, args.task, None, args.state_dir,
-            model=args.model, catalog_path=args.catalog, pricing_path=args.pricing,
+            model=args.model, catalog_path=args.catalog, pricing_path=args.pricing, sandbox=args.sandbox,
         )
-    return dispatch(args.workspace, args.task, args.worker_argv, args.state_dir)
+    return dispatch(args.workspace, args.task, args.worker_argv, args.state_dir, sandbox=args.sandbox)
 
 
 def _verify(args: argparse.Namespace) -> dict[str, Any]:
     from harness.proctor.verify import verify
 
-    return verify(args.workspace, args.task, args.state_dir)
+    return verify(args.workspace, args.task, args.state_dir, sandbox=args.sandbox)
 
 
 def _accept(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,6 +241,7 @@ def _delegate(args: argparse.Namespace) -> dict[str, Any]:
     return delegate(
         args.workspace, text, model=args.model, command=args.worker_argv if args.command else None,
         write=args.write, resume_from=args.resume_from, catalog_path=args.catalog, timeout_s=args.timeout,
+        sandbox=args.sandbox,
     )
 
 
@@ -358,7 +365,8 @@ def _evals_verify(args: argparse.Namespace) -> dict[str, Any]:
         response = read_bytes(args.response, max_bytes=4 * 1024 * 1024).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.response) from None
-    with WarmVerifier() as verifier:
+    with WarmVerifier(sandbox=args.sandbox) as verifier:
+        verifier.check_sandbox()
         verdict, receipt = verify_response(
             verifier, suite=suite.name, item=item.item, prompt=item.prompt, entry_point=item.entry_point,
             test=private.test, response_text=response, timeout_s=args.timeout,
@@ -378,6 +386,10 @@ def _parser() -> _Parser:
     ws.add_argument("--state-dir", help="root of state folders (default: <workspace parent>/.runner-state)")
     task = _Parser(add_help=False)
     task.add_argument("--task", required=True, help="the task file (task.json)")
+    boxed = _Parser(add_help=False)
+    boxed.add_argument("--sandbox", choices=("bwrap", "none"),
+                       help="run the worker or verifier under bubblewrap (default: $PROCTOR_SANDBOX, else bwrap) "
+                       "or without a sandbox (recorded as a weaker guarantee)")  # fmt: skip
 
     parser = _Parser(prog="proctor", description="Preregistered, verified evaluations of models and coding agents.")
     parser.add_argument("--version", action="version", version=f"proctor {__version__}")
@@ -390,13 +402,13 @@ def _parser() -> _Parser:
 
     add("lane", _lane, "Pick the lane for a task from its features.", task)
     add("init", _init, "Pin the task, seal the verifier's inputs, record the baseline tree.", ws, task)
-    p = add("dispatch", _dispatch, "Run a worker in the workspace under the task's budget.", ws, task)
+    p = add("dispatch", _dispatch, "Run a worker in the workspace under the task's budget.", ws, task, boxed)
     chooser = p.add_mutually_exclusive_group(required=True)
     chooser.add_argument("--command", action="store_true", help="-- ARGV...: the worker; everything after it")
     chooser.add_argument("--model", metavar="ID|auto", help="the catalog model's worker; auto: the lane's cheapest")
     p.add_argument("--catalog", help="the catalog (default: $PROCTOR_CATALOG, else the bundled simulator catalog)")
     p.add_argument("--pricing", help="the pricing table --model auto compares (default: the bundled one)")
-    add("verify", _verify, "Run the sealed verifier on a fresh copy and write a receipt.", ws, task)
+    add("verify", _verify, "Run the sealed verifier on a fresh copy and write a receipt.", ws, task, boxed)
     p = add("accept", _accept, "Accept the current tree on a passing receipt.", ws, task)
     p.add_argument("--allow-zero-dispatch", action="store_true", help="accept with no dispatch (counted)")
     p.add_argument("--allow-detached-payload", action="store_true", help="accept despite detached processes (counted)")
@@ -411,7 +423,8 @@ def _parser() -> _Parser:
     p.add_argument("--wire", action="append", metavar="FILE", help="a wire log to meter (repeatable; default: the dispatches' own)")
     p.add_argument("--pricing", help="the pricing table (default: the bundled one); needs a wire log")
     p.add_argument("--catalog", help="the catalog mapping models to pricing keys")
-    p = add("delegate", _delegate, "Consult a model (or a command) once; the workspace is restored unless --write.")
+    p = add("delegate", _delegate, "Consult a model (or a command) once; the workspace is restored unless --write.",
+            boxed)
     p.add_argument("--workspace", required=True, help="the folder the worker runs in")
     text_or_file = p.add_mutually_exclusive_group(required=True)
     text_or_file.add_argument("--task", dest="task_text", metavar="TEXT", help="the task text")
@@ -533,7 +546,7 @@ def _parser() -> _Parser:
     p.add_argument("--sha256", help="the registered sha256 of the packet")
     p.set_defaults(handler=_evals_check)
     text = "Verify one answer to a HumanEval item with its hidden test; exit 1 if it fails."
-    p = esub.add_parser("verify", help=text, description=text, parents=[common])
+    p = esub.add_parser("verify", help=text, description=text, parents=[common, boxed])
     p.add_argument("--suite", dest="suite_dir", default=os.path.join("evals", "humaneval"), help="the suite folder")
     p.add_argument("--item", required=True, help="the item id, e.g. HumanEval/0")
     p.add_argument("--response", required=True, help="a file holding the model's response text")

@@ -279,12 +279,16 @@ def test_proctor_catalog_refuses_a_bad_catalog_or_pricing(tmp_path: Path) -> Non
 
 MODEL_WORKER = r"""
 import json, os, sys
-out = os.environ["TEST_WORKER_OUT"]
-with open(out, "w") as fh:
-    json.dump({"argv": sys.argv, "env": {k: v for k, v in os.environ.items()
+print("SEEN " + json.dumps({"argv": sys.argv, "env": {k: v for k, v in os.environ.items()
                                          if k.startswith("PROCTOR_") or k in ("OPENAI_BASE_URL", "ACME_URL")},
-               "key_present": os.environ.get("ACME_KEY") is not None, "cwd": os.getcwd()}, fh)
+               "key_present": os.environ.get("ACME_KEY") is not None, "cwd": os.getcwd()}))
 """
+
+
+def seen_by_worker(out: dict[str, Any]) -> dict[str, Any]:
+    """What MODEL_WORKER printed about itself, from the dispatch's output file."""
+    lines = Path(out["output_file"]).read_text().splitlines()
+    return dict(json.loads(next(line for line in lines if line.startswith("SEEN "))[5:]))
 
 
 def model_catalog(tmp_path: Path) -> Path:
@@ -294,27 +298,34 @@ def model_catalog(tmp_path: Path) -> Path:
     return write(tmp_path, text, "model-catalog.toml")
 
 
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_dispatch_model_runs_the_catalog_worker_behind_the_metering_proxy(
-    task_setup: Callable[..., TaskSetup], tmp_path: Path
+    task_setup: Callable[..., TaskSetup], tmp_path: Path, sandbox: str
 ) -> None:
     setup = task_setup("wordfreq")
     assert run_proctor("init", *setup.words()).code == 0
     catalog = model_catalog(tmp_path)
-    seen_file = tmp_path / "seen.json"
-    env = {"TEST_WORKER_OUT": str(seen_file), "ACME_KEY": SECRET}
-    r = run_proctor("dispatch", *setup.words(), "--model", "acme-small", "--catalog", str(catalog), env=env)
+    env = {"ACME_KEY": SECRET}
+    r = run_proctor("dispatch", *setup.words(), "--model", "acme-small", "--catalog", str(catalog),
+                    "--sandbox", sandbox, env=env)  # fmt: skip
     assert r.code == 0, r.out
     assert r.out["model"] == "acme-small" and r.out["wire_log"].endswith("/wire.jsonl")
-    seen: dict[str, Any] = json.loads(seen_file.read_text())
+    seen = seen_by_worker(r.out)
     folder = Path(r.out["output_file"]).parent
+    prompt = "/run/proctor/prompt.md" if sandbox == "bwrap" else str(folder / "prompt.md")
     assert seen["argv"][1:] == [
-        "--model", "acme-small", "--prompt-file", str(folder / "prompt.md"), "--cwd", os.path.realpath(setup.workspace),
+        "--model", "acme-small", "--prompt-file", prompt, "--cwd", os.path.realpath(setup.workspace),
     ]
     assert seen["env"]["PROCTOR_MODEL"] == "acme-small"
     assert seen["env"]["PROCTOR_CATALOG"] == str(catalog)
     assert json.loads(seen["env"]["PROCTOR_SCOPE"]) == ["wordfreq/counter.py"]
     proxy = seen["env"]["OPENAI_BASE_URL"]
-    assert proxy.startswith("http://127.0.0.1:") and proxy.endswith("/v1") and proxy != "http://127.0.0.1:9/v1"
+    if sandbox == "bwrap":  # no network: the proxy's Unix socket, bound into the sandbox
+        assert proxy == "http://localhost/v1"
+        assert seen["env"]["PROCTOR_PROXY_SOCKET"] == "/run/proctor/proxy/proxy.sock"
+    else:
+        assert proxy.startswith("http://127.0.0.1:") and proxy.endswith("/v1") and proxy != "http://127.0.0.1:9/v1"
+        assert "PROCTOR_PROXY_SOCKET" not in seen["env"]
     assert seen["env"]["ACME_URL"] == proxy
     assert seen["key_present"] is True
 
@@ -337,11 +348,7 @@ def test_dispatch_model_runs_the_catalog_worker_behind_the_metering_proxy(
 def test_dispatch_model_auto_picks_from_the_current_lane(task_setup: Callable[..., TaskSetup], tmp_path: Path) -> None:
     setup = task_setup("wordfreq")
     assert run_proctor("init", *setup.words()).code == 0
-    seen_file = tmp_path / "seen.json"
-    r = run_proctor(
-        "dispatch", *setup.words(), "--model", "auto", "--catalog", str(model_catalog(tmp_path)),
-        env={"TEST_WORKER_OUT": str(seen_file)},
-    )
+    r = run_proctor("dispatch", *setup.words(), "--model", "auto", "--catalog", str(model_catalog(tmp_path)))
     assert r.code == 0, r.out
     assert r.out["model"] == "acme-small" and r.out["lane"] == "flash"
     start = next(e for e in run_proctor("journal", "--workspace", str(setup.workspace)).out["events"]

@@ -14,17 +14,17 @@ from conftest import CliResult, run_proctor
 
 from harness.evidence.tree import tree_signature
 
-# The catalog worker. Its argv comes from the catalog template; what to do comes from
-# DELEGATE_ARGS: [mode, report file, a folder outside the workspace]. Mode "edit" edits, adds and
-# deletes files, flips an exec bit, swaps folders for a link out of the workspace and for a file;
-# "quiet" only reports what it was given. Both print a session id.
+# The catalog worker. Its argv comes from the catalog template; what to do comes from the file
+# named by its first argument (visible, read-only, in its sandbox): [mode, a folder outside the
+# workspace]. Mode "edit" edits, adds and deletes files, flips an exec bit, swaps folders for a link
+# out of the workspace and for a file; "quiet" only reports what it was given (a SEEN line on its
+# output). Both print a session id.
 WORKER = r"""
 import json, os, shutil, sys
-mode, out, outside = json.loads(os.environ["DELEGATE_ARGS"])
-with open(out, "w") as fh:
-    json.dump({"argv": sys.argv, "cwd": os.getcwd(),
-               "prompt": open(os.environ["PROCTOR_PROMPT_FILE"]).read(),
-               "env": {k: v for k, v in os.environ.items() if k.startswith("PROCTOR_")}}, fh)
+mode, outside = json.load(open(sys.argv[1]))
+print("SEEN " + json.dumps({"argv": sys.argv, "cwd": os.getcwd(),
+                            "prompt": open(os.environ["PROCTOR_PROMPT_FILE"]).read(),
+                            "env": {k: v for k, v in os.environ.items() if k.startswith("PROCTOR_")}}))
 print("thinking about it")
 print("SESSION: sess-42")
 if mode == "edit":
@@ -71,6 +71,7 @@ def make_workspace(root: Path) -> Path:
 def catalog(tmp_path: Path, resume: bool = True) -> Path:
     script = tmp_path / "delegate_worker.py"
     script.write_text(WORKER)
+    args = tmp_path / "delegate_args.json"
     path = tmp_path / "catalog.toml"
     path.write_text(
         f"""
@@ -84,7 +85,7 @@ pricing_key = "local-helper"
 lane = "flash"
 
 [model.worker]
-argv = ["{{python}}", {json.dumps(str(script))}, "{{prompt_file}}"]
+argv = ["{{python}}", {json.dumps(str(script))}, {json.dumps(str(args))}, "{{prompt_file}}"]
 {'resume = ["--session", "{session}"]' if resume else ""}
 """
     )
@@ -105,20 +106,27 @@ class Run:
         self.ws = make_workspace(tmp_path)
         self.outside = tmp_path / "outside"
         self.outside.mkdir()
-        self.seen = tmp_path / "seen.json"
         self.catalog = catalog(tmp_path)
+        self.last: CliResult | None = None
+
+    def args(self, mode: str) -> None:
+        (self.tmp / "delegate_args.json").write_text(json.dumps([mode, str(self.outside)]))
 
     def model(
         self, mode: str, *extra: str, env: dict[str, str] | None = None, task: str = "Look at app.py"
     ) -> CliResult:
-        return run_proctor(
+        self.args(mode)
+        self.last = run_proctor(
             "delegate", "--workspace", str(self.ws), "--model", "local-helper", "--catalog", str(self.catalog),
-            "--task", task, *extra, env={"DELEGATE_ARGS": json.dumps([mode, str(self.seen), str(self.outside)]),
-                                         **(env or {})},
+            "--task", task, *extra, env=env,
         )
+        return self.last
 
-    def seen_json(self) -> dict[str, Any]:
-        return dict(json.loads(self.seen.read_text()))
+    def seen_json(self) -> dict[str, Any] | None:
+        """What the worker of the last call said it was given (None when it did not run)."""
+        lines = (self.last.out.get("output") or "").splitlines() if self.last is not None else []
+        seen = next((line[5:] for line in lines if line.startswith("SEEN ")), None)
+        return None if seen is None else dict(json.loads(seen))
 
 
 @pytest.fixture
@@ -145,7 +153,7 @@ def test_read_only_delegate_restores_every_change_exactly(run: Run) -> None:
     assert r.out["session"] == "sess-42" and "thinking about it" in r.out["output"]
     assert r.out["mode"] == "model" and r.out["model"] == "local-helper" and r.out["exit_code"] == 0
     seen = run.seen_json()
-    assert seen["cwd"] == os.path.realpath(run.ws)
+    assert seen is not None and seen["cwd"] == os.path.realpath(run.ws)
     assert seen["prompt"] == "Look at app.py"
     assert seen["env"]["PROCTOR_CHILD"] == "1" and seen["env"]["PROCTOR_DELEGATE"] == "1"
     assert seen["env"]["PROCTOR_MODEL"] == "local-helper"
@@ -171,14 +179,14 @@ def test_an_untouched_workspace_reports_nothing(run: Run) -> None:
 def test_task_file_and_resume_from(run: Run, tmp_path: Path) -> None:
     task = tmp_path / "task.md"
     task.write_text("Explain pkg/mod.py\n")
-    r = run_proctor(
+    run.args("quiet")
+    r = run.last = run_proctor(
         "delegate", "--workspace", str(run.ws), "--model", "local-helper", "--catalog", str(run.catalog),
         "--task-file", str(task), "--resume-from", "sess-42",
-        env={"DELEGATE_ARGS": json.dumps(["quiet", str(run.seen), str(run.outside)])},
     )
     assert r.code == 0, r.out
     assert r.out["argv"][-2:] == ["--session", "sess-42"]
-    assert run.seen_json()["prompt"] == "Explain pkg/mod.py\n"
+    assert (run.seen_json() or {})["prompt"] == "Explain pkg/mod.py\n"
     (tmp_path / "other").mkdir()
     no_resume = catalog(tmp_path / "other", resume=False)
     r = run_proctor(
@@ -198,14 +206,14 @@ def test_nested_delegate_with_a_model_or_write_is_refused(run: Run) -> None:
     r = run_proctor("delegate", "--workspace", str(run.ws), "--task", "x", "--command", "--", *script,
                     env={"PROCTOR_CHILD": "1"})
     assert r.code == 0 and r.out["mode"] == "command" and "consulted" in r.out["output"]
-    assert not run.seen.exists()
+    assert "SEEN" not in r.out["output"]
 
 
 @pytest.mark.parametrize("text", ["Then run python -m src.run_all", "check src/run_weekly.py", "run_week.ps1 fails"])
 def test_a_production_task_is_refused_in_model_mode(run: Run, text: str) -> None:
     r = run.model("edit", task=text)
     assert r.code == 3 and r.out["refusal"] == "production_task_in_model_mode", r.out
-    assert not run.seen.exists()
+    assert run.seen_json() is None
     command = run_proctor("delegate", "--workspace", str(run.ws), "--task", text, "--command", "--", "true")
     assert command.code == 0, command.out
 

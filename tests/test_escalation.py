@@ -29,22 +29,22 @@ from harness.proctor.escalation import (
 
 MARKER = "WORKER-TRANSCRIPT-MARKER-5b1e0c"
 
-# A worker that leaves the wordfreq task unfixed: it records what it was given, prints a marker
-# to its own transcript, and adds a harmless comment at the end of the file in scope (the tree
-# changes, the failure does not).
+# A worker that leaves the wordfreq task unfixed: it prints what it was given (a SEEN line on its
+# own transcript, the one place a sandboxed worker can leave it) and a marker, and adds a harmless
+# comment at the end of the file in scope (the tree changes, the failure does not). Its attempt
+# number is its dispatch's sequence number (d001-..., d002-...).
 WORKER = r"""
 import json, os, sys
 
 out, mode = sys.argv[1], sys.argv[2]
-n = len([p for p in os.listdir(out) if p.startswith("seen-")]) + 1
+n = int(os.environ["PROCTOR_DISPATCH_ID"][1:4])
 evidence_file = os.environ.get("PROCTOR_EVIDENCE_FILE")
 seen = {
     "env": {k: v for k, v in os.environ.items() if k.startswith("PROCTOR_")},
     "prompt": open(os.environ["PROCTOR_PROMPT_FILE"], encoding="utf-8").read(),
     "evidence": open(evidence_file, encoding="utf-8").read() if evidence_file else None,
 }
-with open(os.path.join(out, f"seen-{n}.json"), "w", encoding="utf-8") as fh:
-    json.dump(seen, fh)
+print("SEEN " + json.dumps(seen))
 print("%s attempt %d: I am sure this fixes it" % (sys.argv[3], n))
 with open(os.path.join("wordfreq", "counter.py"), "a", encoding="utf-8") as fh:
     fh.write("# attempt %d\n" % n)
@@ -218,8 +218,7 @@ if got != 42:
 STUCK = r"""
 import os, sys
 out, mode = sys.argv[1], sys.argv[2]
-n = len([p for p in os.listdir(out) if p.startswith("seen-")]) + 1
-open(os.path.join(out, "seen-%d" % n), "w").close()
+n = int(os.environ["PROCTOR_DISPATCH_ID"][1:4])
 print("%s attempt %d" % (sys.argv[3], n))
 if mode == "fail75":
     sys.exit(75)
@@ -273,6 +272,12 @@ def _attempt(setup: TaskSetup, worker: list[str], mode: str) -> tuple[dict[str, 
     return d.out, v.out
 
 
+def _seen(dispatched: dict[str, Any]) -> dict[str, Any]:
+    """What WORKER printed about what it was given, from its dispatch's output file."""
+    lines = Path(dispatched["output_file"]).read_text(encoding="utf-8").splitlines()
+    return dict(json.loads(next(line for line in lines if line.startswith("SEEN "))[5:]))
+
+
 def _events(setup: TaskSetup) -> list[dict[str, Any]]:
     r = run_proctor("journal", "--workspace", str(setup.workspace), "--tail", "1000")
     assert r.code == 0, r.out
@@ -282,8 +287,9 @@ def _events(setup: TaskSetup) -> list[dict[str, Any]]:
 def test_three_identical_failures_switch_the_lane_with_an_evidence_packet(
     task_setup: Callable[..., TaskSetup],
 ) -> None:
-    setup, worker, out = _setup(task_setup, max_dispatches=6, max_stagnant=1)
-    verifies = [_attempt(setup, worker, "same")[1] for _ in range(3)]
+    setup, worker, _ = _setup(task_setup, max_dispatches=6, max_stagnant=1)
+    attempts = [_attempt(setup, worker, "same") for _ in range(3)]
+    verifies = [v for _, v in attempts]
     prints = {v["fingerprint"] for v in verifies}
     assert len(prints) == 1 and None not in prints  # different trees, times and copies; the same failure
 
@@ -306,8 +312,8 @@ def test_three_identical_failures_switch_the_lane_with_an_evidence_packet(
     assert events[at]["reason"] == switch["reason"]
     assert all(e["fingerprint"] for e in events if e["event"] == "verify" and not e["passed"])
 
-    seen = json.loads((out / "seen-4.json").read_text())
-    earlier = json.loads((out / "seen-3.json").read_text())
+    seen = _seen(d.out)
+    earlier = _seen(attempts[-1][0])
     assert "PROCTOR_EVIDENCE_FILE" not in earlier["env"] and earlier["evidence"] is None
     evidence_file = seen["env"]["PROCTOR_EVIDENCE_FILE"]
     assert not evidence_file.startswith(str(setup.workspace) + os.sep)
@@ -383,10 +389,11 @@ def test_a_provider_failure_is_journaled_and_not_stagnation(tmp_path: Path) -> N
     assert [e["provider_failure"] for e in ends] == [True, True, True, False]
 
 
+# Fails (75, the provider failed) for the models listed in the file named by its argument.
 FLAKY = r"""
 import os, sys
 print("model", os.environ["PROCTOR_MODEL"])
-sys.exit(75 if os.environ["PROCTOR_MODEL"] in os.environ.get("FAILING_MODELS", "").split(",") else 0)
+sys.exit(75 if os.environ["PROCTOR_MODEL"] in open(sys.argv[1]).read().split(",") else 0)
 """
 
 
@@ -394,6 +401,7 @@ def test_a_provider_failure_switches_provider_not_lane(tmp_path: Path) -> None:
     setup, _ = _mini(tmp_path)
     script = tmp_path / "flaky.py"
     script.write_text(FLAKY)
+    failing = tmp_path / "failing-models.txt"
     entry = """
 [[model]]
 id = "{id}"
@@ -404,11 +412,12 @@ credential_env = ""
 pricing_key = "{id}"
 lane = "flash"
 [model.worker]
-argv = ["{{python}}", {script}]
+argv = ["{{python}}", {script}, {failing}]
 """
     catalog = tmp_path / "catalog.toml"  # two providers in flash; a third model in another lane
     catalog.write_text("".join(
-        entry.format(id=i, provider=p, script=json.dumps(str(script))).replace('"flash"', json.dumps(lane))
+        entry.format(id=i, provider=p, script=json.dumps(str(script)), failing=json.dumps(str(failing)))
+        .replace('"flash"', json.dumps(lane))
         for i, p, lane in (("cheap-a", "pa", "flash"), ("dear-b", "pb", "flash"), ("glm-c", "pc", "glm"))
     ))
     pricing = tmp_path / "pricing.yaml"
@@ -418,10 +427,10 @@ argv = ["{{python}}", {script}]
         "  dear-b: {input_per_mtok: 1, output_per_mtok: 9, reasoning: billed_as_output}\n"
     )
     words = [*setup.words(), "--model", "auto", "--catalog", str(catalog), "--pricing", str(pricing)]
-    env = {"FAILING_MODELS": "cheap-a"}
-    first = run_proctor("dispatch", *words, env=env)
+    failing.write_text("cheap-a")
+    first = run_proctor("dispatch", *words)
     assert first.code == 1 and first.out["model"] == "cheap-a" and first.out["provider_failure"] is True
-    second = run_proctor("dispatch", *words, env=env)
+    second = run_proctor("dispatch", *words)
     assert second.code == 0, second.out
     assert second.out["model"] == "dear-b" and second.out["lane"] == "flash" and second.out["lane_switch"] is None
     events = _events(setup)
@@ -433,7 +442,8 @@ argv = ["{{python}}", {script}]
     status = run_proctor("status", "--workspace", str(setup.workspace)).out
     assert status["failed_providers"] == {"flash": ["pa"]}
 
-    third = run_proctor("dispatch", *words, env={"FAILING_MODELS": "cheap-a,dear-b"})
+    failing.write_text("cheap-a,dear-b")
+    third = run_proctor("dispatch", *words)
     assert third.code == 1 and third.out["model"] == "dear-b"
     r = run_proctor("dispatch", *words)
     assert r.code == 3 and r.out["refusal"] == "no_model_for_lane", r.out

@@ -426,7 +426,9 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_program_that_kills_the_worker_is_an_error_and_the_verifier_recovers(tmp_path: Path) -> None:
-    with WarmVerifier() as v:
+    # Unsandboxed: the check processes report their host pids through tmp_path (a sandboxed
+    # worker has its own /tmp and pid namespace: tests/test_sandbox.py).
+    with WarmVerifier(sandbox="none") as v:
         first = v.run("pass")
         assert first.passed
         pid = v.pid
@@ -458,7 +460,8 @@ def test_a_worker_that_cannot_start_is_a_harness_failure_not_a_verdict(tmp_path:
         v.run("pass")
 
 
-def test_processes_left_behind_are_killed(verifier: WarmVerifier, tmp_path: Path) -> None:
+def test_processes_left_behind_are_killed(tmp_path: Path) -> None:
+    verifier = WarmVerifier(sandbox="none")  # host pids through tmp_path, as above
     pid_file = tmp_path / "pid"
     program = (
         "import posix, time\n"
@@ -466,7 +469,8 @@ def test_processes_left_behind_are_killed(verifier: WarmVerifier, tmp_path: Path
         "if pid == 0:\n    posix.setsid()\n    time.sleep(60)\n    posix._exit(0)\n"
         f"open({str(pid_file)!r}, 'w').write(str(pid))\n"
     )
-    assert verifier.run(program).passed
+    with verifier:
+        assert verifier.run(program).passed
     leftover = int(pid_file.read_text())
     assert _gone(leftover), f"process {leftover} left by the program is still alive"
 

@@ -7,9 +7,14 @@ tmp_path (run with `sys.executable`), then checks what `verify`, `accept` and
 1 the verifier failed, 0 ok). `run_proctor` already asserts that stdout is one
 JSON object and that stderr holds no traceback.
 
-The worker runs as the same user as the proctor, without a sandbox. What the
-proctor can and cannot keep from such a worker is spelled out per case; the
-one known hole (code under test forcing the verifier's exit status) is an
+Workers run in the default bwrap sandbox unless a case says `--sandbox none`:
+the checks here are on what the worker may do inside the workspace, which a
+sandbox leaves to it. The cases that need a worker reaching outside the
+workspace (the state folder, the task file, processes that outlive it) run
+with `--sandbox none` and test the proctor's own detection, which is all that
+stands between such a worker and the evidence without a sandbox; the same
+attacks under bwrap are in tests/test_sandbox_adversarial.py. The one known
+hole (code under test forcing the verifier's exit status) is an
 `xfail(strict=True)` at the end so it flips red when it gets fixed.
 """
 
@@ -71,8 +76,9 @@ def fix_source(ts: TaskSetup) -> Path:
 
 
 def apply_fix_line(ts: TaskSetup) -> str:
-    """A worker statement that applies the task's real fix."""
-    return f"import shutil; shutil.copyfile({str(fix_source(ts))!r}, {SCOPE!r})\n"
+    """A worker statement that applies the task's real fix (its text carried in the script: a
+    sandboxed worker cannot read the task folder)."""
+    return f"open({SCOPE!r}, 'w').write({fix_source(ts).read_text()!r})\n"
 
 
 def init(ts: TaskSetup) -> dict[str, Any]:
@@ -81,8 +87,8 @@ def init(ts: TaskSetup) -> dict[str, Any]:
     return res.out
 
 
-def dispatch(ts: TaskSetup, argv: list[str], timeout: float = CLI_TIMEOUT) -> CliResult:
-    return run_proctor("dispatch", *ts.words(), "--command", "--", *argv, timeout=timeout)
+def dispatch(ts: TaskSetup, argv: list[str], timeout: float = CLI_TIMEOUT, sandbox: str = "bwrap") -> CliResult:
+    return run_proctor("dispatch", *ts.words(), "--sandbox", sandbox, "--command", "--", *argv, timeout=timeout)
 
 
 def verify(ts: TaskSetup) -> CliResult:
@@ -116,8 +122,8 @@ def assert_never_accepted(ts: TaskSetup) -> None:
     assert res.out.get("accepted") is not True
 
 
-def dispatched_ok(ts: TaskSetup, argv: list[str]) -> dict[str, Any]:
-    res = dispatch(ts, argv)
+def dispatched_ok(ts: TaskSetup, argv: list[str], sandbox: str = "bwrap") -> dict[str, Any]:
+    res = dispatch(ts, argv, sandbox=sandbox)
     assert res.code == EXIT_OK, res.out
     assert res.out["exit_code"] == 0 and res.out["timed_out"] is False
     return res.out
@@ -189,8 +195,12 @@ def test_runner_config_added_by_worker_is_refused(
     assert_refused(accept(ts), "receipt_missing")
 
 
-def test_runner_config_above_the_workspace_is_refused(task_setup: MakeTask, tmp_path: Path) -> None:
-    """pytest searches the folders above the verification copy: `../conftest.py` + `../pytest.ini`."""
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_runner_config_above_the_workspace_is_refused(task_setup: MakeTask, tmp_path: Path, sandbox: str) -> None:
+    """pytest searches the folders above the verification copy: `../conftest.py` + `../pytest.ini`.
+
+    In a bwrap sandbox the folders above the workspace are the sandbox's own: the files
+    land in its private /tmp and are gone with it, so there is nothing to refuse."""
     ts = task_setup()
     init(ts)
     argv = worker(
@@ -201,7 +211,13 @@ def test_runner_config_above_the_workspace_is_refused(task_setup: MakeTask, tmp_
         Path("../pytest.ini").write_text("[pytest]\\n")
         """,
     )
-    dispatched_ok(ts, argv)
+    dispatched_ok(ts, argv, sandbox=sandbox)
+    if sandbox == "bwrap":
+        assert not (ts.root / "conftest.py").exists() and not (ts.root / "pytest.ini").exists()
+        res = verify(ts)
+        assert res.code == EXIT_FAILED and res.out["passed"] is False and "refusal" not in res.out, res.out
+        assert_never_accepted(ts)
+        return
     out = assert_refused(verify(ts), "verification_input_changed")
     assert out["paths"] == [str(ts.root / "conftest.py"), str(ts.root / "pytest.ini")]
     assert_never_accepted(ts)
@@ -354,9 +370,12 @@ def test_verifier_changed_after_init_is_refused(task_setup: MakeTask, tmp_path: 
     assert_refused(accept(ts), "verifier_changed_since_init")
 
 
-def test_worker_editing_the_verifier_is_refused_at_verify(task_setup: MakeTask, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_worker_editing_the_verifier_is_refused_at_verify(task_setup: MakeTask, tmp_path: Path, sandbox: str) -> None:
+    """Without a sandbox the worker rewrites the task file and verify refuses; in bwrap it cannot find it."""
     ts = task_setup()
     init(ts)
+    before = ts.task.read_bytes()
     argv = worker(
         tmp_path,
         f"""\
@@ -366,7 +385,15 @@ def test_worker_editing_the_verifier_is_refused_at_verify(task_setup: MakeTask, 
         json.dump(doc, open({str(ts.task)!r}, "w"))
         """,
     )
-    dispatched_ok(ts, argv)
+    if sandbox == "bwrap":
+        res = dispatch(ts, argv, sandbox=sandbox)
+        assert res.code == EXIT_FAILED and res.out["exit_code"] == 1, res.out
+        assert "FileNotFoundError" in Path(res.out["output_file"]).read_text()
+        assert ts.task.read_bytes() == before
+        assert verify(ts).code == EXIT_FAILED
+        assert_never_accepted(ts)
+        return
+    dispatched_ok(ts, argv, sandbox=sandbox)
     out = assert_refused(verify(ts), "verifier_changed_since_init")
     assert out["path"] == str(ts.task)
     assert_never_accepted(ts)
@@ -428,6 +455,7 @@ def test_special_file_or_link_out_is_refused(task_setup: MakeTask, tmp_path: Pat
 
 
 # --- 9. processes that outlive the worker ----------------------------------------------------
+# Without a sandbox (a bwrap sandbox's pid namespace takes them with it: test_sandbox_adversarial.py).
 
 
 def test_timed_out_worker_and_setsid_child_are_killed_and_flagged(task_setup: MakeTask, tmp_path: Path) -> None:
@@ -451,7 +479,7 @@ def test_timed_out_worker_and_setsid_child_are_killed_and_flagged(task_setup: Ma
         ),
     )
     started = time.monotonic()
-    res = dispatch(ts, argv, timeout=30)
+    res = dispatch(ts, argv, timeout=30, sandbox="none")
     assert time.monotonic() - started < 20
     assert res.code == EXIT_FAILED, res.out
     assert res.out["ok"] is False and res.out["timed_out"] is True
@@ -492,7 +520,7 @@ def test_daemonized_grandchild_of_a_quick_worker_is_killed_and_flagged(
         os.wait()
         """,
     )
-    res = dispatch(ts, argv)
+    res = dispatch(ts, argv, sandbox="none")
     assert res.code == EXIT_OK, res.out
     assert res.out["exit_code"] == 0 and res.out["timed_out"] is False
     daemon = int(pid_file.read_text())
@@ -505,10 +533,13 @@ def test_daemonized_grandchild_of_a_quick_worker_is_killed_and_flagged(
 # --- 10. a worker driving its own proctor ---------------------------------------------------------
 
 
-def test_nested_proctor_calls_from_a_worker_are_refused(task_setup: MakeTask, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_nested_proctor_calls_from_a_worker_are_refused(task_setup: MakeTask, tmp_path: Path, sandbox: str) -> None:
+    """A worker's own proctor calls are refused: by PROCTOR_CHILD, then by the lock its dispatch holds;
+    in a bwrap sandbox the state folder and the task file are not even there to find."""
     ts = task_setup()
     init(ts)
-    out_dir = tmp_path / "inner"
+    out_dir = ts.workspace / "inner"  # the one place a sandboxed worker can leave its findings
     out_dir.mkdir()
     argv = worker(
         tmp_path,
@@ -530,16 +561,18 @@ def test_nested_proctor_calls_from_a_worker_are_refused(task_setup: MakeTask, tm
                     json.dump({{"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}}, fh)
         """,
     )
-    res = dispatch(ts, argv, timeout=120)
+    res = dispatch(ts, argv, timeout=120, sandbox=sandbox)
     assert res.code == EXIT_OK, res.out
     for name in ("dispatch", "verify", "accept", "init"):
         inner = json.loads((out_dir / f"{name}.child.json").read_text())
         assert "Traceback" not in inner["stderr"]
         assert inner["code"] == EXIT_REFUSED, inner
         assert json.loads(inner["stdout"])["refusal"] == "nested_call_refused"
-    # A worker that strips PROCTOR_CHILD still meets the invocation lock its dispatch holds.
-    for name, code in (("dispatch", "invocation_locked"), ("verify", "invocation_locked"),
-                       ("accept", "invocation_locked"), ("init", "already_initialized")):
+    # A worker that strips PROCTOR_CHILD still meets the invocation lock its dispatch holds; in bwrap
+    # it finds no state folder (not initialized) and no task file.
+    expected = {"none": ("invocation_locked", "already_initialized"), "bwrap": ("not_initialized", "file_missing")}
+    locked, again = expected[sandbox]
+    for name, code in (("dispatch", locked), ("verify", locked), ("accept", locked), ("init", again)):
         inner = json.loads((out_dir / f"{name}.stripped.json").read_text())
         assert "Traceback" not in inner["stderr"]
         assert inner["code"] == EXIT_REFUSED, inner
@@ -606,6 +639,7 @@ def append_chained(event):
 def test_worker_writing_the_state_folder_is_refused(
     task_setup: MakeTask, tmp_path: Path, attack: str, request: pytest.FixtureRequest
 ) -> None:
+    """Without a sandbox (in bwrap the state folder is not there: test_sandbox_adversarial.py)."""
     expected = {
         "naive_journal_line": ["journal.jsonl"],
         "chained_journal_line_and_receipt": ["journal.jsonl", "receipts/r0009.json"],
@@ -617,7 +651,7 @@ def test_worker_writing_the_state_folder_is_refused(
     ts = task_setup()
     state_dir = Path(init(ts)["state_dir"])
     assert verify(ts).code == EXIT_FAILED  # a receipt r0001 exists before the worker runs
-    res = dispatch(ts, worker(tmp_path, FORGE_HELPERS + attack + "\n" + apply_fix_line(ts)))
+    res = dispatch(ts, worker(tmp_path, FORGE_HELPERS + attack + "\n" + apply_fix_line(ts)), sandbox="none")
     out = assert_refused(res, "state_tampered")
     assert out["paths"] == [str(state_dir / rel) for rel in expected]
     assert out["path"] == out["paths"][0]
@@ -698,7 +732,7 @@ def test_zero_dispatch_with_a_nondiscriminating_verifier(task_setup: MakeTask) -
     strict=True,
     reason="code under test runs inside the verifier process and can force its exit status "
     "(atexit -> os._exit(0)); the receipt trusts the exit code. Needs a verifier that reports "
-    "results out of the worker's reach, or a sandbox.",
+    "results out of the code's reach: the bwrap sandbox does not close it (the code runs inside it).",
 )
 def test_code_under_test_forcing_exit_zero_is_not_accepted(task_setup: MakeTask, tmp_path: Path) -> None:
     ts = task_setup()

@@ -3,7 +3,10 @@
 Every test builds a real git workspace from a bundled task (`task_setup`) and
 drives `python -m harness ... --json` in subprocesses (`run_proctor`). Workers
 are small scripts written to `tmp_path`; long-running ones wait for a `stop`
-file so a test can end them, and are killed by pid in `finally`.
+file so a test can end them, and are killed by pid in `finally`. They run in
+the default bwrap sandbox, where their out folder (named in their argv) is
+read-only and their pids are their namespace's; the tests that follow a
+worker by its host pid (timeouts, orphans) run with `--sandbox none`.
 """
 
 from __future__ import annotations
@@ -37,13 +40,16 @@ mode, out = sys.argv[1], sys.argv[2]
 
 def put(name, text):
     tmp = os.path.join(out, name + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, os.path.join(out, name))
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, os.path.join(out, name))
+    except OSError:  # read-only in a sandbox
+        pass
 
 
 if mode == "env":
-    put("env.json", json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}))
+    print("ENV " + json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}))
     sys.exit(0)
 if mode == "beat":
     beat = os.environ["PROCTOR_HEARTBEAT"]
@@ -151,7 +157,7 @@ def worker(tmp_path: Path) -> Iterator[Worker]:
         w.kill()
 
 
-def start_dispatch(setup: TaskSetup, argv: list[str]) -> subprocess.Popen[str]:
+def start_dispatch(setup: TaskSetup, argv: list[str], sandbox: str = "bwrap") -> subprocess.Popen[str]:
     """`proctor dispatch` in the background (its own process, so it can be killed)."""
     return subprocess.Popen(
         [
@@ -160,6 +166,8 @@ def start_dispatch(setup: TaskSetup, argv: list[str]) -> subprocess.Popen[str]:
             "harness",
             "dispatch",
             *setup.words(),
+            "--sandbox",
+            sandbox,
             "--json",
             "--command",
             "--",
@@ -522,27 +530,36 @@ def test_dispatch_budget_is_enforced(task_setup: Callable[..., TaskSetup]) -> No
     assert log[-1]["event"] == "refused" and log[-1]["refusal"] == "dispatch_budget_exhausted"
 
 
-def test_dispatch_worker_environment(task_setup: Callable[..., TaskSetup], worker: Worker) -> None:
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_dispatch_worker_environment(task_setup: Callable[..., TaskSetup], worker: Worker, sandbox: str) -> None:
     setup = task_setup("intervals")
     root = setup.root / "state-root"
-    env = {"PROCTOR_STATE_DIR": str(root), "PROCTOR_SECRET_TOKEN": "must-not-leak"}
+    env = {"PROCTOR_STATE_DIR": str(root), "PROCTOR_SECRET_TOKEN": "must-not-leak", "CALLER_SETTING": "x"}
     pinned = init(setup, env=env)
-    r = run_proctor("dispatch", *setup.words(), "--command", "--", *worker.argv("env"), env=env)
+    r = run_proctor("dispatch", *setup.words(), "--sandbox", sandbox, "--command", "--", *worker.argv("env"), env=env)
     assert r.code == 0, r.out
-    dumped = json.loads((worker.out / "env.json").read_text())
+    output = Path(r.out["output_file"]).read_text()
+    dumped = json.loads(next(line for line in output.splitlines() if line.startswith("ENV "))[4:])
     seen = dumped["env"]
     assert dumped["cwd"] == os.path.realpath(setup.workspace)
     assert seen["PROCTOR_CHILD"] == "1"
     assert seen["PROCTOR_TASK_ID"] == "intervals-touching-merge"
     assert seen["PROCTOR_DISPATCH_ID"] == r.out["dispatch_id"]
     ws = os.path.realpath(setup.workspace)
-    prompt_file = seen["PROCTOR_PROMPT_FILE"]
+    folder = Path(r.out["output_file"]).parent
+    assert folder.parent.parent == Path(pinned["state_dir"])
+    assert (folder / "prompt.md").read_text() == json.loads(setup.task.read_text())["prompt"]
+    prompt_file, heartbeat = seen["PROCTOR_PROMPT_FILE"], seen["PROCTOR_HEARTBEAT"]
+    if sandbox == "bwrap":  # the worker's view: its files under /run/proctor, only what it is given
+        assert (prompt_file, heartbeat) == ("/run/proctor/prompt.md", "/run/proctor/heartbeat/heartbeat.json")
+        assert seen["HOME"] == "/tmp" and "CALLER_SETTING" not in seen
+        assert r.out["sandbox"]["kind"] == "bwrap" and "CALLER_SETTING" not in r.out["sandbox"]["env"]
+    else:
+        assert prompt_file == str(folder / "prompt.md") and heartbeat == str(folder / "heartbeat" / "heartbeat.json")
+        assert seen["CALLER_SETTING"] == "x"
+        assert r.out["sandbox"] == {**r.out["sandbox"], "kind": "none", "guarantee": "weaker", "options": []}
     assert not os.path.realpath(prompt_file).startswith(ws + os.sep)
-    assert prompt_file.startswith(pinned["state_dir"] + os.sep)
-    assert Path(prompt_file).read_text() == json.loads(setup.task.read_text())["prompt"]
-    heartbeat = seen["PROCTOR_HEARTBEAT"]
     assert not os.path.realpath(heartbeat).startswith(ws + os.sep)
-    assert heartbeat.startswith(pinned["state_dir"] + os.sep)
     # The caller's own PROCTOR_* settings do not leak into the worker.
     assert "PROCTOR_SECRET_TOKEN" not in seen
     assert "PROCTOR_STATE_DIR" not in seen
@@ -579,11 +596,12 @@ def test_dispatch_without_a_worker_argv(task_setup: Callable[..., TaskSetup]) ->
 def test_dispatch_timeout_kills_the_group(
     task_setup: Callable[..., TaskSetup], worker: Worker
 ) -> None:
+    """Without a sandbox, by host pid (a sandbox at its deadline: tests/test_sandbox.py)."""
     setup = task_setup("wordfreq")
     setup.edit_task(lambda d: d["budget"].update(timeout_s=1))
     init(setup)
     started = time.monotonic()
-    r = run_proctor("dispatch", *setup.words(), "--command", "--", *worker.argv("group"))
+    r = run_proctor("dispatch", *setup.words(), "--sandbox", "none", "--command", "--", *worker.argv("group"))
     assert time.monotonic() - started < 30
     assert r.code == 1, r.out
     assert r.out["ok"] is False and r.out["timed_out"] is True
@@ -838,7 +856,7 @@ def test_orphaned_dispatch_is_reported_and_acknowledged(
 ) -> None:
     setup = task_setup("wordfreq")
     init(setup)
-    proc = start_dispatch(setup, worker.argv("sleep"))
+    proc = start_dispatch(setup, worker.argv("sleep"), sandbox="none")  # the worker outlives its proctor
     with background(proc):
 
         def running() -> dict[str, Any] | None:
@@ -885,12 +903,12 @@ def test_orphan_stays_orphaned_while_another_dispatch_runs(
     init(setup)
     second = Worker(setup.root / "second")
     try:
-        with background(start_dispatch(setup, worker.argv("sleep"))) as first:
+        with background(start_dispatch(setup, worker.argv("sleep"), sandbox="none")) as first:
             wait_for(lambda: worker.pid() and status(setup)["running_dispatch_ids"], "dispatch 1")
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=30)
         [orphan] = status(setup)["orphaned_dispatch_ids"]
-        with background(start_dispatch(setup, second.argv("sleep"))):
+        with background(start_dispatch(setup, second.argv("sleep"), sandbox="none")):
             wait_for(second.pid, "dispatch 2's worker")
             report = status(setup)
             second.stop()

@@ -199,7 +199,9 @@ def test_stagnation_on_an_unskilled_model_switches_lane_with_evidence_and_the_ne
 
 # The worker calls the model through the metering proxy (PROCTOR_SIM_URL is the proxy), and then,
 # by FORGE_MODE, writes correctly chained records of its own into the proxy's wire log, which it
-# finds beside its prompt file in the dispatch folder (argv[1]).
+# finds beside its prompt file in the dispatch folder (argv[1]). It runs with --sandbox none: in a
+# bwrap sandbox the dispatch folder is not there (tests/test_sandbox_adversarial.py), and these
+# tests are of the proctor's own check of the wire log, all that stands without a sandbox.
 FORGER = r"""
 import json, os, sys, time, urllib.request
 from harness.meter.wire import WireLog
@@ -288,7 +290,7 @@ def test_an_honest_worker_passes_the_wire_check(
     catalog = forger(tmp_path)
     setup = task_setup("intervals")
     env = {**start(setup, sim_server, ALL_SKILLED), "FORGE_MODE": "honest"}
-    d = dispatch(setup, env, "--model", "sim-forger", "--catalog", str(catalog))
+    d = dispatch(setup, env, "--model", "sim-forger", "--catalog", str(catalog), "--sandbox", "none")
     wire = next(e for e in events(setup) if e["event"] == "dispatch_end")["wire"]
     assert (wire["lines"], wire["file_lines"], wire["interleaved"]) == (2, 2, 0)
     assert wire["head"] == wire["file_head"]
@@ -304,7 +306,8 @@ def test_a_worker_that_forges_its_wire_log_is_refused(
     catalog = forger(tmp_path)
     setup = task_setup("intervals")
     env = {**start(setup, sim_server, ALL_SKILLED), "FORGE_MODE": mode}
-    r = run_proctor("dispatch", *setup.words(), "--model", "sim-forger", "--catalog", str(catalog), env=env)
+    r = run_proctor("dispatch", *setup.words(), "--model", "sim-forger", "--catalog", str(catalog), "--sandbox", "none",
+                    env=env)
     assert r.code == 3 and r.out["refusal"] == "state_tampered", r.out
     journal = events(setup)
     start_event = next(e for e in journal if e["event"] == "dispatch_start")
@@ -337,7 +340,7 @@ def test_a_wire_log_rewritten_after_its_dispatch_is_refused_by_record(
     catalog = forger(tmp_path)
     setup = task_setup("intervals")
     env = {**start(setup, sim_server, ALL_SKILLED), "FORGE_MODE": "honest"}
-    d = dispatch(setup, env, "--model", "sim-forger", "--catalog", str(catalog))
+    d = dispatch(setup, env, "--model", "sim-forger", "--catalog", str(catalog), "--sandbox", "none")
     wire_log = Path(d["wire_log"])
     name = next(e for e in events(setup) if e["event"] == "dispatch_start")["wire_name"]
     honest = wire_log.read_bytes()

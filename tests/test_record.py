@@ -136,16 +136,42 @@ def test_a_record_metered_from_given_wire_logs(task_setup: Callable[..., TaskSet
 
 # --- the gated path against the simulator, through the metering proxy ------------------------------
 
+# A model worker that calls its model itself: over the metering proxy's Unix socket in a bwrap
+# sandbox (PROCTOR_PROXY_SOCKET), else over loopback TCP.
 CALLER = r"""
-import json, os, sys, urllib.request
-base = os.environ["OPENAI_BASE_URL"]
+import http.client, json, os, socket, sys
+from urllib.parse import urlsplit
+base = urlsplit(os.environ["OPENAI_BASE_URL"])
 body = json.dumps({"model": sys.argv[1], "messages": [{"role": "user", "content": "Say hello."}]}).encode()
-request = urllib.request.Request(base + "/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": "Bearer " + os.environ["SIM_KEY"]})
-with urllib.request.urlopen(request, timeout=30) as reply:
-    print(json.loads(reply.read())["usage"])
+headers = {"Content-Type": "application/json", "Authorization": "Bearer " + os.environ["SIM_KEY"]}
+socket_path = os.environ.get("PROCTOR_PROXY_SOCKET")
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(socket_path)
+
+
+conn = UnixConnection("localhost", timeout=30) if socket_path else http.client.HTTPConnection(
+    base.hostname, base.port, timeout=30)
+conn.request("POST", base.path + "/chat/completions", body, headers)
+print(json.loads(conn.getresponse().read())["usage"])
 """
+
+
+def caller_catalog(tmp_path: Path) -> Path:
+    """The bundled catalog with CALLER as every model's worker, and SIM_KEY as the credential it is given."""
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(
+        (REPO / "harness" / "data" / "catalog.toml").read_text().replace(
+            '["{python}", "-m", "harness", "worker", "llm-edit", "--model", "{model}", "--prompt-file", "{prompt_file}"]',
+            f'["{{python}}", {json.dumps(str(script))}, "{{model}}"]\nbase_url_var = "OPENAI_BASE_URL"',
+        ).replace('credential_env = ""', 'credential_env = "SIM_KEY"')
+    )
+    return catalog
 
 
 @pytest.fixture
@@ -173,16 +199,7 @@ def sim(tmp_path: Path) -> Iterator[str]:
 def test_dispatch_model_through_the_proxy_is_metered_by_record(
     task_setup: Callable[..., TaskSetup], tmp_path: Path, sim: str
 ) -> None:
-    script = tmp_path / "caller.py"
-    script.write_text(CALLER)
-    bundled = (REPO / "harness" / "data" / "catalog.toml").read_text()
-    catalog = tmp_path / "catalog.toml"
-    catalog.write_text(
-        bundled.replace(
-            '["{python}", "-m", "harness", "worker", "llm-edit", "--model", "{model}", "--prompt-file", "{prompt_file}"]',
-            f'["{{python}}", {json.dumps(str(script))}, "{{model}}"]\nbase_url_var = "OPENAI_BASE_URL"',
-        )
-    )
+    catalog = caller_catalog(tmp_path)
     setup = task_setup("intervals")
     init(setup)
     env = {"PROCTOR_SIM_URL": sim, "SIM_KEY": SECRET}
@@ -216,15 +233,7 @@ def test_dispatch_model_through_the_proxy_is_metered_by_record(
 def test_a_mix_of_metered_and_flat_rate_dispatches_is_partial(
     task_setup: Callable[..., TaskSetup], tmp_path: Path, sim: str
 ) -> None:
-    script = tmp_path / "caller.py"
-    script.write_text(CALLER)
-    catalog = tmp_path / "catalog.toml"
-    catalog.write_text(
-        (REPO / "harness" / "data" / "catalog.toml").read_text().replace(
-            '["{python}", "-m", "harness", "worker", "llm-edit", "--model", "{model}", "--prompt-file", "{prompt_file}"]',
-            f'["{{python}}", {json.dumps(str(script))}, "{{model}}"]\nbase_url_var = "OPENAI_BASE_URL"',
-        )
-    )
+    catalog = caller_catalog(tmp_path)
     setup = task_setup("intervals")
     init(setup)
     env = {"PROCTOR_SIM_URL": sim, "SIM_KEY": "x"}

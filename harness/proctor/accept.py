@@ -1,7 +1,14 @@
-"""`proctor accept`: accept only a passing, untampered receipt for the tree as it is now."""
+"""`proctor accept`: accept only a passing, untampered receipt for the tree as it is now.
+
+An accept also says under which sandbox the receipt's verifier and every
+dispatch ran (`harness.workers.sandbox`): `guarantee` is `sandboxed` only
+when all of them ran under bwrap, and `weaker` when any ran with
+`--sandbox none` (recorded in the journal's accept event too).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import Refusal
@@ -9,8 +16,30 @@ from harness.evidence.tree import tree_signature
 from harness.proctor.gate import check_pin, gated
 from harness.proctor.state import refuse_nested
 from harness.receipts import load_receipt
+from harness.workers.sandbox import guarantee_of
 
-__all__ = ["accept"]
+__all__ = ["accept", "sandbox_summary"]
+
+
+def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Under which sandbox the receipt's verifier and each dispatch ran, and the guarantee that leaves.
+
+    A record without a sandbox (made before sandboxes were recorded) counts as `none`.
+    """
+    verify_kind = str((receipt_sandbox or {}).get("kind", "none"))
+    dispatches = {str(e["dispatch_id"]): str((e.get("sandbox") or {}).get("kind", "none")) for e in starts}
+    guarantee = guarantee_of([verify_kind, *dispatches.values()])
+    out: dict[str, Any] = {"verify": verify_kind, "dispatches": dispatches, "guarantee": guarantee}
+    if guarantee == "weaker":
+        unsandboxed = (["the verifier"] if verify_kind != "bwrap" else []) + [
+            f"dispatch {d}" for d, k in dispatches.items() if k != "bwrap"
+        ]
+        out["note"] = (
+            f"{', '.join(unsandboxed)} ran without a sandbox (--sandbox none): a worker could read the hidden "
+            "tests and reach the network and the state folder as the proctor's user; only the proctor's own "
+            "checks stood between it and the evidence"
+        )
+    return out
 
 
 def accept(
@@ -73,12 +102,14 @@ def accept(
             overrides.append("allow_detached_payload")
         for name in overrides:
             gate.record("override", override=name, receipt_id=receipt["receipt_id"])
+        sandboxes = sandbox_summary(receipt.get("sandbox"), dispatches)
         gate.record(
             "accept",
             receipt_id=receipt["receipt_id"],
             tree=tree.digest,
             dispatch_seq=latest_seq,
             overrides=overrides,
+            guarantee=sandboxes["guarantee"],
         )
     return {
         "ok": True,
@@ -89,4 +120,5 @@ def accept(
         "dispatches": latest_seq,
         "overrides": overrides,
         "overrides_total": sum(1 for e in gate.events if e["event"] == "override"),
+        "sandbox": sandboxes,
     }

@@ -19,6 +19,13 @@ The worker gets `PROCTOR_CHILD=1`, `PROCTOR_DELEGATE=1`, `PROCTOR_PROMPT_FILE`
 (the task text, outside the workspace) and, in model mode, `PROCTOR_MODEL`,
 `PROCTOR_CATALOG` and the model's base URL variables. A worker that prints a
 line `SESSION: <id>` names a session that `--resume-from` can continue.
+
+It runs in a sandbox like a dispatched worker (`--sandbox`, default bwrap;
+`harness.proctor.dispatch`): the workspace read-write, the prompt at
+`/run/proctor/prompt.md`, absolute paths of its argv read-only, no network.
+In model mode a worker whose catalog `network` is `proxy` then reaches its
+model only through a metering proxy's Unix socket (`PROCTOR_PROXY_SOCKET`);
+the exchanges are counted in the result (`proxy`), not kept.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from harness.catalog import load_catalog, resolve_model, worker_env
@@ -37,9 +45,19 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.layout import lay_entry, real_parents, remove_entry
 from harness.evidence.tree import TreeEntry, diff_trees, display_path, scan_tree, signature_of
+from harness.proctor.dispatch import metering_proxy, socket_base_url
 from harness.proctor.lanes import PRODUCTION_ENTRYPOINTS
 from harness.proctor.state import NESTED_ENV
 from harness.workers.process import run_group
+from harness.workers.sandbox import (
+    IN_SANDBOX,
+    PROXY_SOCKET_ENV,
+    View,
+    find_program,
+    named_paths,
+    resolve_sandbox,
+    sandbox_env,
+)
 
 __all__ = ["DELEGATE_TIMEOUT_S", "delegate", "named_entrypoints", "restore_tree"]
 
@@ -123,8 +141,12 @@ def delegate(
     resume_from: str | None = None,
     catalog_path: str | None = None,
     timeout_s: float = DELEGATE_TIMEOUT_S,
+    sandbox: str | None = None,
 ) -> dict[str, Any]:
-    """Run the model's worker (or `command`) once in `workspace`; restore the workspace unless `write`."""
+    """Run the model's worker (or `command`) once in `workspace`; restore the workspace unless `write`.
+
+    `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
+    """
     if os.environ.get(NESTED_ENV) == "1" and (model is not None or write):
         raise Refusal(
             "nested_call_refused",
@@ -150,6 +172,8 @@ def delegate(
     root = os.path.realpath(workspace)
     if not os.path.isdir(root):
         raise Refusal("workspace_missing", "no such folder", root)
+    box = resolve_sandbox(sandbox)
+    sandboxed = box.kind == "bwrap"
     catalog = load_catalog(catalog_path) if model is not None else None
     chosen = resolve_model(catalog, model) if catalog is not None and model is not None else None
     if chosen is not None and chosen.worker is None:
@@ -163,21 +187,45 @@ def delegate(
         prompt_file = os.path.join(private, "prompt.md")
         with open(prompt_file, "w", encoding="utf-8") as fh:
             fh.write(task_text)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-        env.update({NESTED_ENV: "1", "PROCTOR_DELEGATE": "1", "PROCTOR_PROMPT_FILE": prompt_file})
+        seen_prompt = os.path.join(IN_SANDBOX, "prompt.md") if sandboxed else prompt_file
+        given = {NESTED_ENV: "1", "PROCTOR_DELEGATE": "1", "PROCTOR_PROMPT_FILE": seen_prompt}
+        placed = [(prompt_file, os.path.join(IN_SANDBOX, "prompt.md"))]
+        readable: tuple[str, ...] = ()
+        proxied: AbstractContextManager[dict[str, Any]] = nullcontext({})
         if chosen is not None and catalog is not None:
             assert chosen.worker is not None
             argv = chosen.worker.render(
-                model=chosen.id, workspace=root, prompt_file=prompt_file, python=sys.executable, session=resume_from
+                model=chosen.id, workspace=root, prompt_file=seen_prompt, python=sys.executable, session=resume_from
             )
-            env.update(worker_env(chosen, catalog, chosen.effective_base_url()))
+            readable = (catalog.path,)
+            if sandboxed and chosen.worker.needs_proxy:
+                wire = os.path.join(private, "wire.jsonl")
+                proxied = metering_proxy(chosen.effective_base_url(), wire, "delegate", unix=True)
         else:
             argv = list(command or ())
         output_path = os.path.join(private, "output.log")
-        try:
-            result = run_group(argv, cwd=root, env=env, timeout_s=timeout_s, output_path=output_path)
-        except OSError as exc:
-            raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+        with proxied as metering:
+            if chosen is not None and catalog is not None:
+                if metering.get("socket"):
+                    given.update(worker_env(chosen, catalog, socket_base_url(metering["base_url"])))
+                    given[PROXY_SOCKET_ENV] = os.path.join(IN_SANDBOX, "proxy", "proxy.sock")
+                    placed.append((os.path.dirname(metering["socket"]), os.path.join(IN_SANDBOX, "proxy")))
+                else:
+                    given.update(worker_env(chosen, catalog, chosen.effective_base_url()))
+                if sandboxed and chosen.credential_env and os.environ.get(chosen.credential_env):
+                    given[chosen.credential_env] = os.environ[chosen.credential_env]
+            env = sandbox_env(os.environ, given, sandboxed=sandboxed)
+            program = find_program(argv[0], root, env)
+            view = View(cwd=root, writable=(root,), readable=named_paths(argv, program) + readable,
+                        placed=tuple(placed), withheld=(private,))  # fmt: skip
+            wrapped = box.wrap(argv, view, env)
+            try:
+                if sandboxed and program is None:
+                    raise FileNotFoundError(2, "No such file or directory", argv[0])
+                result = run_group(wrapped.argv, cwd=root, env=env, timeout_s=timeout_s, output_path=output_path,
+                                   sandboxed=wrapped.sandboxed)  # fmt: skip
+            except OSError as exc:
+                raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         after = scan_tree(root, excludes=())
         diff = diff_trees(before, after)
         restored: list[str] = []
@@ -191,6 +239,7 @@ def delegate(
                 left = diff_trees(before, back).to_json()
                 raise Refusal("restore_incomplete", f"the workspace could not be restored exactly: {left}", root, **left)
         text, truncated = _output(output_path)
+        proxy = metering.get("proxy")
     finally:
         shutil.rmtree(private, ignore_errors=True)
     sessions = _SESSION.findall(text)
@@ -208,5 +257,7 @@ def delegate(
         "changes": diff.to_json(),
         "tree_before": signature_of(before).digest,
         "tree_after": signature_of(scan_tree(root, excludes=())).digest,
+        "sandbox": wrapped.record,
+        "proxy": None if proxy is None else {k: proxy[k] for k in ("exchanges", "record_failures")},
         **result.to_json(),
     }

@@ -1,11 +1,23 @@
-"""`proctor dispatch`: run one worker in the workspace under the task's budget, and journal it."""
+"""`proctor dispatch`: run one worker in the workspace under the task's budget, and journal it.
+
+The worker runs in a sandbox (`harness.workers.sandbox`; `--sandbox`, default
+bwrap): it sees the workspace read-write, the system read-only, and under
+`/run/proctor` its prompt (`prompt.md`), the evidence packet after a lane
+switch (`evidence.json`), a heartbeat folder (`heartbeat/`) and, for a model
+whose worker needs it, the metering proxy's Unix socket (`proxy/proxy.sock`,
+named by `PROCTOR_PROXY_SOCKET`). Absolute paths in its argv (a script, a
+folder it is pointed at) are visible read-only, with the state folders and the
+task's hidden inputs left out. The state folder itself is not there.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -37,8 +49,17 @@ from harness.proctor.lanes import choose_lane
 from harness.proctor.state import NESTED_ENV, refuse_nested
 from harness.proctor.task import Task
 from harness.workers.process import run_group
+from harness.workers.sandbox import (
+    IN_SANDBOX,
+    PROXY_SOCKET_ENV,
+    View,
+    find_program,
+    named_paths,
+    resolve_sandbox,
+    sandbox_env,
+)
 
-__all__ = ["AUTO_MODEL", "check_preflight", "dispatch", "metering_proxy"]
+__all__ = ["AUTO_MODEL", "check_preflight", "dispatch", "metering_proxy", "socket_base_url", "withheld_paths"]
 
 AUTO_MODEL = "auto"
 """`--model auto`: the cheapest catalog model of the current lane."""
@@ -83,37 +104,58 @@ def _state_changes(gate: Gate, dispatch_id: str, before: dict[bytes, TreeEntry])
     return [os.path.join(gate.state.root, os.fsdecode(p)) for p in paths]
 
 
-def _worker_env(gate: Gate, dispatch_id: str, prompt_file: str, heartbeat: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env.update(
-        {
-            NESTED_ENV: "1",
-            "PROCTOR_TASK_ID": gate.task.task_id,
-            "PROCTOR_DISPATCH_ID": dispatch_id,
-            "PROCTOR_PROMPT_FILE": prompt_file,
-            "PROCTOR_HEARTBEAT": heartbeat,
-            "PROCTOR_SCOPE": json.dumps(list(gate.task.scope)),
-        }
-    )
-    return env
+def _worker_vars(gate: Gate, dispatch_id: str, prompt_file: str, heartbeat: str) -> dict[str, str]:
+    """The PROCTOR_* variables a worker is given (paths as the worker sees them)."""
+    return {
+        NESTED_ENV: "1",
+        "PROCTOR_TASK_ID": gate.task.task_id,
+        "PROCTOR_DISPATCH_ID": dispatch_id,
+        "PROCTOR_PROMPT_FILE": prompt_file,
+        "PROCTOR_HEARTBEAT": heartbeat,
+        "PROCTOR_SCOPE": json.dumps(list(gate.task.scope)),
+    }
+
+
+def withheld_paths(gate: Gate) -> tuple[str, ...]:
+    """What a sandbox never shows, even beneath a path a worker names: the state folders and hidden inputs."""
+    found = [gate.state.root, os.path.join(os.path.dirname(gate.workspace), ".runner-state")]
+    if os.path.basename(os.path.dirname(gate.state.root)) == ".runner-state":
+        found.append(os.path.dirname(gate.state.root))
+    found += [os.path.realpath(os.path.join(gate.task.folder, h["from"])) for h in gate.pin["hidden"]]
+    return tuple(dict.fromkeys(found))
 
 
 @contextmanager
-def metering_proxy(upstream: str, out: str, name: str) -> Iterator[dict[str, Any]]:
+def metering_proxy(upstream: str, out: str, name: str, *, unix: bool = False) -> Iterator[dict[str, Any]]:
     """Run the metering proxy in front of `upstream` for the block.
 
     Yields a dict: `base_url` (what the worker must use), `wire_log` (the
-    chained wire log `out`, seed `proctor-wire:<name>`) and, once the block
-    has ended, `proxy` (the proxy's summary: exchanges recorded, failures).
+    chained wire log `out`, seed `proctor-wire:<name>`), with `unix` the
+    `socket` it also listens on (in a private folder, removed afterwards)
+    and, once the block has ended, `proxy` (the proxy's summary: exchanges
+    recorded, failures).
     """
     from harness.meter.proxy import start_proxy
 
-    proxy = start_proxy(upstream, out, port=0, name=name)
-    metering: dict[str, Any] = {"base_url": proxy.url, "wire_log": out, "wire_name": name}
+    folder = tempfile.mkdtemp(prefix="proctor-proxy-") if unix else None
     try:
-        yield metering
+        sock = os.path.join(folder, "proxy.sock") if folder is not None else None
+        proxy = start_proxy(upstream, out, port=0, name=name, unix_socket=sock)
+        metering: dict[str, Any] = {"base_url": proxy.url, "wire_log": out, "wire_name": name, "socket": sock}
+        try:
+            yield metering
+        finally:
+            metering["proxy"] = proxy.close()
     finally:
-        metering["proxy"] = proxy.close()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def socket_base_url(proxy_url: str) -> str:
+    """The base URL a worker uses over the proxy's Unix socket: the host is ignored, the path kept."""
+    from urllib.parse import urlsplit
+
+    return "http://localhost" + urlsplit(proxy_url).path
 
 
 def _wire_end(metering: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -247,8 +289,11 @@ def _next_lane(gate: Gate, esc: EscalationState) -> str:
     return LATERAL[esc.lane]
 
 
-def _lane_switch(gate: Gate, esc: EscalationState, dispatch_id: str, folder: str) -> tuple[dict[str, Any], str] | None:
-    """On stagnation: the lane switch record (not yet journaled) and the evidence packet as prompt text."""
+def _lane_switch(
+    gate: Gate, esc: EscalationState, dispatch_id: str, folder: str, shown_dir: str
+) -> tuple[dict[str, Any], str] | None:
+    """On stagnation: the lane switch record (not yet journaled) and the evidence packet as prompt text
+    (naming the packet where the worker sees it, in `shown_dir`)."""
     if not esc.stagnant:
         return None
     to = LATERAL[esc.lane]
@@ -272,7 +317,7 @@ def _lane_switch(gate: Gate, esc: EscalationState, dispatch_id: str, folder: str
         "evidence_file": path,
         "evidence_sha256": sha256_hex(data),
     }
-    return switch, render_evidence(packet, path)
+    return switch, render_evidence(packet, os.path.join(shown_dir, "evidence.json"))
 
 
 def _refuse_tampering(
@@ -302,11 +347,13 @@ def dispatch(
     model: str | None = None,
     catalog_path: str | None = None,
     pricing_path: str | None = None,
+    sandbox: str | None = None,
 ) -> dict[str, Any]:
     """Run the worker in the workspace: `argv`, or the catalog worker of `model` (an id or "auto").
 
     Returns the dispatch's end record. On stagnation the lane switches first
     and the worker gets an evidence packet (`harness.proctor.escalation`).
+    `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
     """
     refuse_nested("dispatch")
     if model is not None and argv:
@@ -315,6 +362,7 @@ def dispatch(
         raise Refusal("worker_command_missing", "give --model ID|auto, or the worker's argv after --command --")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("dispatch"):
         check_pin(gate.task, gate.pin)
+        box = resolve_sandbox(sandbox)
         budget = gate.task.budget
         started = [e for e in gate.events if e["event"] == "dispatch_start"]
         if len(started) >= budget.max_dispatches:
@@ -339,26 +387,37 @@ def dispatch(
         seq = len(started) + 1
         dispatch_id = f"d{seq:03d}-{secrets.token_hex(4)}"
         folder = ensure_private_dir(gate.state.path("dispatches", dispatch_id))
-        switch = _lane_switch(gate, esc, dispatch_id, folder)
+        sandboxed = box.kind == "bwrap"
+        seen = IN_SANDBOX if sandboxed else folder  # where the worker finds what it is given
+        switch = _lane_switch(gate, esc, dispatch_id, folder, seen)
         prompt_file = os.path.join(folder, "prompt.md")
         prompt = gate.task.prompt.encode("utf-8")
         if switch:
             prompt += switch[1].encode("utf-8")
         atomic_write(prompt_file, prompt)
-        heartbeat = os.path.join(folder, "heartbeat.json")
+        beats = ensure_private_dir(os.path.join(folder, "heartbeat"))
+        heartbeat = os.path.join(beats, "heartbeat.json")
         output = os.path.join(folder, "output.log")
-        env = _worker_env(gate, dispatch_id, prompt_file, heartbeat)
+        given = _worker_vars(
+            gate, dispatch_id, os.path.join(seen, "prompt.md"), os.path.join(seen, "heartbeat", "heartbeat.json")
+        )
+        placed = [(prompt_file, os.path.join(IN_SANDBOX, "prompt.md"))]
         if switch:
-            env["PROCTOR_EVIDENCE_FILE"] = switch[0]["evidence_file"]
+            given["PROCTOR_EVIDENCE_FILE"] = os.path.join(seen, "evidence.json")
+            placed.append((switch[0]["evidence_file"], os.path.join(IN_SANDBOX, "evidence.json")))
+        network = "none"
         if choice is not None:
             assert choice.model.worker is not None
             argv = choice.model.worker.render(
-                model=choice.model.id, workspace=gate.workspace, prompt_file=prompt_file, python=sys.executable
+                model=choice.model.id, workspace=gate.workspace, prompt_file=given["PROCTOR_PROMPT_FILE"],
+                python=sys.executable,
             )
+            network = choice.model.worker.network
             upstream = choice.model.effective_base_url()
             wire_name = f"{gate.task.task_id}/{dispatch_id}"
-            proxied: AbstractContextManager[dict[str, Any]] = metering_proxy(
-                upstream, os.path.join(folder, "wire.jsonl"), wire_name
+            proxied: AbstractContextManager[dict[str, Any]] = (
+                metering_proxy(upstream, os.path.join(folder, "wire.jsonl"), wire_name, unix=sandboxed)
+                if network == "proxy" else nullcontext({})
             )
         else:
             proxied = nullcontext({})
@@ -366,7 +425,15 @@ def dispatch(
         with proxied as metering:
             model_fields: dict[str, Any] = {}
             if choice is not None:
-                env.update(worker_env(choice.model, choice.catalog, metering["base_url"]))
+                if metering.get("socket"):
+                    given.update(worker_env(choice.model, choice.catalog, socket_base_url(metering["base_url"])))
+                    given[PROXY_SOCKET_ENV] = os.path.join(IN_SANDBOX, "proxy", "proxy.sock")
+                    placed.append((os.path.dirname(metering["socket"]), os.path.join(IN_SANDBOX, "proxy")))
+                else:
+                    given.update(worker_env(choice.model, choice.catalog, metering.get("base_url", upstream)))
+                credential = choice.model.credential_env
+                if sandboxed and credential and os.environ.get(credential):
+                    given[credential] = os.environ[credential]  # what it would inherit without a sandbox
                 model_fields = {
                     "model": choice.model.id,
                     "api_model": choice.model.api_model,
@@ -376,10 +443,21 @@ def dispatch(
                     "model_choice": choice.record,
                     "catalog": {"path": choice.catalog.path, "sha256": choice.catalog.sha256},
                     "upstream": upstream,
-                    "metering": "proxy",
-                    "wire_log": metering["wire_log"],
-                    "wire_name": metering["wire_name"],
+                    "metering": "proxy" if network == "proxy" else "none",
+                    "worker_network": network,
+                    "wire_log": metering.get("wire_log"),
+                    "wire_name": metering.get("wire_name"),
                 }
+            env = sandbox_env(os.environ, given, sandboxed=sandboxed)
+            program = find_program(argv[0], gate.workspace, env)
+            readable = named_paths(argv, program)
+            if choice is not None:
+                readable += (choice.catalog.path,)
+            view = View(
+                cwd=gate.workspace, writable=(gate.workspace,), readable=readable, placed=tuple(placed),
+                placed_writable=((beats, os.path.join(IN_SANDBOX, "heartbeat")),), withheld=withheld_paths(gate),
+            )
+            wrapped = box.wrap(argv, view, env)
             if switch:
                 gate.record("lane_switch", **switch[0])
             provider_switch = _provider_switch(esc, started, lane, choice)
@@ -397,16 +475,20 @@ def dispatch(
                 timeout_s=budget.timeout_s,
                 preflight=preflight,
                 evidence_file=switch[0]["evidence_file"] if switch else None,
+                sandbox=wrapped.record,
                 **model_fields,
             )
             watched = _state_entries(gate, dispatch_id)
             try:
+                if sandboxed and program is None:
+                    raise FileNotFoundError(2, "No such file or directory", argv[0])
                 result = run_group(
-                    argv,
+                    wrapped.argv,
                     cwd=gate.workspace,
                     env=env,
                     timeout_s=budget.timeout_s,
                     output_path=output,
+                    sandboxed=wrapped.sandboxed,
                 )
             except OSError as exc:
                 gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
@@ -438,5 +520,6 @@ def dispatch(
         "provider_failure": is_provider_failure(end),
         "output_file": output,
         "tree_after": tree.to_json(),
+        "sandbox": wrapped.record,
         **result.to_json(),
     }

@@ -12,6 +12,7 @@ from harness.evidence.lock import lock_holder
 from harness.proctor.escalation import escalation_state
 from harness.proctor.gate import Gate, gated
 from harness.proctor.state import refuse_nested
+from harness.workers.sandbox import guarantee_of
 
 __all__ = ["HEARTBEAT_STALE_S", "acknowledge", "status"]
 
@@ -89,6 +90,9 @@ def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
         if verifies:
             v = verifies[-1]
             last_receipt = {k: v[k] for k in ("receipt_id", "passed", "tree", "tamper_detected", "at")}
+            last_receipt["sandbox"] = v.get("sandbox", "none")
+        kinds = {e["dispatch_id"]: (e.get("sandbox") or {}).get("kind", "none") for e in starts}
+        ran = [*kinds.values(), *([last_receipt["sandbox"]] if last_receipt else [])]
         return {
             "ok": True,
             "task_id": gate.task.task_id,
@@ -112,6 +116,9 @@ def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
             "fingerprints": list(esc.fingerprints),
             "stagnant_count": esc.stagnant_count,
             "failed_providers": {k: list(v) for k, v in sorted(esc.failed_providers.items())},
+            # `weaker` when a dispatch or the last verification ran with --sandbox none
+            "sandbox": {"dispatches": kinds, "last_receipt": None if last_receipt is None else last_receipt["sandbox"],
+                        "guarantee": guarantee_of(ran) if ran else None},
         }
 
 

@@ -1,4 +1,11 @@
-"""`proctor verify`: run the pinned verifier on a fresh copy of the workspace and write a receipt."""
+"""`proctor verify`: run the pinned verifier on a fresh copy of the workspace and write a receipt.
+
+The verifier runs in a sandbox (`harness.workers.sandbox`; `--sandbox`,
+default bwrap): the verification copy (with the hidden inputs laid in) is its
+only writable folder besides a private /tmp, it has no network, and absolute
+paths in its argv are visible read-only. The state folder, the workspace and
+the receipts are not there: code under test cannot reach the evidence.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from harness.evidence.tree import (
     scan_tree,
     signature_of,
 )
+from harness.proctor.dispatch import withheld_paths
 from harness.proctor.escalation import fingerprint
 from harness.proctor.gate import Gate, check_pin, gated
 from harness.proctor.guards import (
@@ -29,6 +37,7 @@ from harness.proctor.state import refuse_nested
 from harness.receipts import RECEIPT_SCHEMA
 from harness.seal import check_copies, lay_hidden, restore_sealed
 from harness.workers.process import run_group
+from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
 
 __all__ = ["baseline_entries", "copy_tree", "verify"]
 
@@ -64,17 +73,15 @@ def _tampered_since_dispatch(gate: Gate) -> list[str]:
     return paths
 
 
-def _verifier_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sandbox: str | None = None) -> dict[str, Any]:
+    """Check, restore, copy, verify, receipt. Returns the receipt (with where it was written).
 
-
-def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict[str, Any]:
-    """Check, restore, copy, verify, receipt. Returns the receipt (with where it was written)."""
+    `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
+    """
     refuse_nested("verify")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("verify"):
         check_pin(gate.task, gate.pin)
+        box = resolve_sandbox(sandbox)
         check_copies(gate.state.root, gate.pin["sealed"], gate.pin["hidden"])
         excludes = tuple(gate.pin["excludes"])
         baseline = baseline_entries(gate)
@@ -135,12 +142,18 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict
                 raise Refusal("tree_changed_during_verify", "the workspace changed while it was copied", gate.workspace)
             lay_hidden(copy, gate.state.root, gate.pin["hidden"])
             output = gate.state.path("receipts", f"{receipt_id}.output")
+            argv = gate.pin["verifier_argv"]
+            env = sandbox_env(os.environ, {"PYTHONDONTWRITEBYTECODE": "1"}, sandboxed=box.kind == "bwrap")
+            view = View(cwd=copy, writable=(copy,), readable=named_paths(argv, find_program(argv[0], copy, env)),
+                        withheld=withheld_paths(gate))  # fmt: skip
+            wrapped = box.wrap(argv, view, env)
             result = run_group(
-                gate.pin["verifier_argv"],
+                wrapped.argv,
                 cwd=copy,
-                env=_verifier_env(),
+                env=env,
                 timeout_s=gate.task.budget.verify_timeout_s,
                 output_path=output,
+                sandboxed=wrapped.sandboxed,
             )
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -174,6 +187,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict
             "tampered_paths": tampered,
             "verifier_nondiscriminating": passed and tree.digest == gate.pin["baseline_tree"],
             "detached_pids": list(result.detached_pids),
+            "sandbox": wrapped.record,
             "started": result.started,
             "ended": result.ended,
             "duration_s": round(result.duration_s, 6),
@@ -188,6 +202,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None) -> dict
             tamper_detected=bool(tampered),
             dispatch_seq=receipt["dispatch_seq"],
             fingerprint=failure_print,
+            sandbox=wrapped.record["kind"],
         )
     return {
         "ok": passed,

@@ -300,9 +300,11 @@ class Transport:
         timeout_s: seconds allowed for each phase of a request (connect, TLS handshake,
             write, each read, waiting for a free connection).
         max_connections: most connections open at once (sync and async each have this many).
+        uds: send (sync `send` only) through this Unix socket instead of the URL's host and port:
+            a sandboxed worker reaches the metering proxy this way (`harness.workers.sandbox`).
     """
 
-    def __init__(self, timeout_s: float = 600, *, max_connections: int = 100) -> None:
+    def __init__(self, timeout_s: float = 600, *, max_connections: int = 100, uds: str | None = None) -> None:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             math.isfinite(timeout_s) and timeout_s > 0
         ):
@@ -311,6 +313,7 @@ class Transport:
             raise Refusal("transport_invalid", f"max_connections must be an integer >= 1, got {max_connections!r}")
         self.timeout_s = float(timeout_s)
         self.max_connections = max_connections
+        self.uds = uds
         self._timeout = httpx.Timeout(self.timeout_s).as_dict()
         self._lock = threading.Lock()
         self._verify: ssl.SSLContext | None = None  # one certificate store (~20 ms to load) for all
@@ -336,7 +339,7 @@ class Transport:
         with self._lock:
             if self._pool is None:
                 limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
-                self._pool = httpx.HTTPTransport(verify=tls, retries=0, limits=limits)
+                self._pool = httpx.HTTPTransport(verify=tls, retries=0, limits=limits, uds=self.uds)
             pool = self._pool
         status_seen: int | None = None
         clock = _Clock()
@@ -353,6 +356,8 @@ class Transport:
 
     async def asend(self, request: ProviderRequest, credential: str | None) -> Exchange:
         """`send` for asyncio: same request bytes, same Exchange."""
+        if self.uds is not None:
+            raise Refusal("transport_invalid", "a Unix-socket transport sends with `send` only")
         adapter_for(request.api_shape)
         check_credential(credential)
         if self._apool is None or self._apool.loop is not asyncio.get_running_loop():  # bound to its loop

