@@ -22,10 +22,10 @@ Consistent forgeries are re-chained the way `test_run_oracle.rebuild` does (link
 re-chained attempt re-pointed, archives rewritten, anchors retaken), but written
 without fsync: a cell must be cheap, and what is on disk is what both sides read.
 
-Faults neither side refuses yet are strict xfails (`XFAIL`, each with its reason): a
-dropped `pause` or `stop` event, late costs dropped after the ceiling's crossing, a
-lane's last refusal dropped, and records whose fields are missing or mistyped (the
-oracle raises instead of naming them; the report names them `malformed`).
+Faults neither side refuses yet are strict xfails (`XFAIL`, each with its reason); none
+are left: a dropped `pause` or `stop` event, late costs dropped after the ceiling's
+crossing, a lane's last refusal dropped and records whose fields are missing or mistyped
+(each now a named oracle problem) were the last.
 """
 
 from __future__ import annotations
@@ -905,18 +905,7 @@ def plan_removed(cell: Cell) -> Caught:
 # The matrix
 
 
-_EVENTS = "the oracle reads halts from run-log events alone and does not ask a `{}` final for its `{}` event"
-_RAISES = "the oracle raises {} on this record instead of naming it (the report names it `malformed`)"
-XFAIL: dict[tuple[str | None, str], str] = {
-    (None, "pause_event_dropped"): _EVENTS.format("pause", "pause"),
-    (None, "stop_events_dropped"): _EVENTS.format("stop", "stop"),
-    ("ceiling", "late_costs_dropped"): "the oracle does not ask an abandoned attempt for its late cost before its "
-                                       "invocation's end; after the crossing no admission reads the spend",
-    (None, "last_refusal_dropped"): "no later admission reads refused_before, and a lane's end `refused` is not "
-                                    "checked against a refusal",
-    (None, "admission_without_its_time"): _RAISES.format("KeyError"),
-    (None, "attempt_event_line_mistyped"): _RAISES.format("ValueError"),
-}
+XFAIL: dict[tuple[str | None, str], str] = {}
 """(run or None for every run, fault) -> why neither side refuses it yet: strict xfails, each a known bug."""
 
 

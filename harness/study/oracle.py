@@ -9,9 +9,20 @@ crossing and every hash are re-derived from the records. It reuses only the
 registered rules (`classify`, `action_for`, `admission_decision`, `run_ended`,
 `cost_for_spend`) and the chain verifier.
 
+It never raises on what a folder holds. Before any rule reads a record, the fields
+it reads are checked for presence and type; a record that lacks one (an intact
+chain whose line lost a field or changed a type) is a problem under its log's rule
+(attempts `attempt_invalid`, finals `final_link`, admissions `admission_rule`,
+anchors `anchor`; run events: `attempt` `attempt_logged`, `late_cost` `late_cost`,
+`ceiling` `ceiling`, `lane` `lane_order`, `end` `incomplete`, `anchor_push`
+`anchor`, `start`/`stop`/`pause`/`resume_paused`/`signal` `halted`) and takes no
+further part in the check. A log or file that is no regular file is a `chain`,
+`final_link` or `archive` problem, never a traceback.
+
 The rules (a problem's `rule`):
 
-    chain            a chained log does not verify (seed, links, canonical form, torn tail)
+    chain            a chained log does not verify (seed, links, canonical form, torn tail), is no
+                     regular file, or holds a run event of another kind or an unknown `event`
     attempt_invalid  an attempt record that does not validate, or names a cell outside the plan
     attempt_numbering  attempts of a run not numbered 1, 2, ...; an attempt after its run ended;
                      a rerun that no earlier final asked for
@@ -28,20 +39,36 @@ The rules (a problem's `rule`):
                      the ceiling
     lane             an attempt logged on a lane other than its plan's lane
     lane_order       a lane admitting items out of their plan (draw) order within an invocation,
-                     attempting an item other than the one it last admitted, or running an
-                     item's arms out of their drawn order
+                     attempting an item other than the one it last admitted, running an
+                     item's arms out of their drawn order, or ending `refused` when its last
+                     admission of the invocation was no refusal
     lane_overlap     two attempts on one lane overlapping in time
     admission_rule   a decision or reason that is not `admission_decision` of its logged inputs
     admission_inputs logged inputs that are not what the files imply: finished spend (records
                      and late costs before it), items under way, cap, reserve, refusals before,
                      the ceiling's total and crossing
-    halted           an attempt started or an item admitted during a pause, after a stop or a
-                     first signal in the same invocation, or after the ceiling's crossing
+    halted           an attempt started or an item admitted during a pause (from a `pause`
+                     event or a final whose action is `pause`, until `resume_paused`), after a
+                     stop, a final whose action is `stop` or a signal in the same invocation, or
+                     after the ceiling's crossing; or a halt the rules require that is not logged:
+                     a pause final without its `pause` event (system, run) before the system's
+                     next `resume_paused` (unless its invocation crashed and none followed), a
+                     `pause` event no pause final asks for, or a system not stopped (a stop of it
+                     or of every system earlier in the invocation, else the next one with the
+                     cause the rule gives) after a stop final (`deadline` for AttemptDeadline,
+                     else its class), an inconclusive final past `INCONCLUSIVE_ITEMS_LIMIT` items
+                     (`inconclusive`), the ceiling's crossing (`ceiling`) or a first signal
+                     (`interrupt`), in an invocation that went on to its `end`
     ceiling          spend past the ceiling without a ceiling event for every system, or a ceiling
                      event logged at the wrong time
     conservation     a ceiling event's total that is not spend before plus every record's cost
-                     ("unknown" counted as the reserve) plus every late cost up to the crossing
-    late_cost        a late cost that names no abandoned attempt, or two for one attempt
+                     ("unknown" counted as the reserve) plus every late cost up to the crossing,
+                     summed exactly once (`math.fsum`, as `run_records.ceiling_total`)
+    late_cost        a late cost that names no abandoned attempt (AttemptDeadline, budget_stop),
+                     two for one attempt, one of another system or logged before its attempt
+                     ended; or an abandoned attempt without its late cost by the `end` of its
+                     invocation (the runner waits for the request, then cancels it and logs
+                     "unknown"; only a crash leaves one owed)
     anchor           an anchor whose line count and head are not a prefix of the log as it is
                      now, or whose manifest sha256 is not the file's
     final_missing    a run ended by an attempt without its final, although its invocation went on
@@ -56,7 +83,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +93,13 @@ from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.study.attempts import PlanRequest, read_plan
 from harness.study.run_records import (
+    ADMISSION_KIND,
+    ANCHOR_KIND,
     FINAL_KIND,
+    INCONCLUSIVE_ITEMS_LIMIT,
     LOGS,
+    RUN_EVENT_KIND,
+    STOP_CAUSES,
     AdmissionInputs,
     action_for,
     admission_decision,
@@ -85,6 +117,8 @@ __all__ = ["Problem", "run_problems"]
 PathArg = str | os.PathLike[str]
 _REL = 1e-9
 _ABS = 1e-12
+_ABANDONED = ("AttemptDeadline", "budget_stop")
+"""The error codes of an attempt abandoned while its request was under way (its spend may come late)."""
 
 
 @dataclass(frozen=True)
@@ -159,17 +193,37 @@ class _Check:
 
     # ---- reading
 
-    def _log(self, name: str) -> tuple[list[dict[str, Any]], list[str]]:
-        """The intact records of a log and each line's sha256 (a chain problem is reported)."""
+    def _log(self, name: str) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+        """The intact records of a log as (line, record), without repair lines, and every intact line's sha256.
+
+        A chain problem, or a path that is no regular file, is reported (rule `chain`).
+        """
         path = os.path.join(self.folder, f"{name}.jsonl")
         if not os.path.lexists(path):
             return [], []
-        status = verify_log(path, log_seed(self.study, self.stage, name))
+        try:
+            status = verify_log(path, log_seed(self.study, self.stage, name))
+            raw = read_bytes(path).split(b"\n")[: status.lines]
+        except Refusal as exc:
+            self.p(f"{name}.jsonl", None, "chain", f"{exc.code}: {exc.message}")
+            return [], []
         if status.problem is not None:
             self.p(f"{name}.jsonl", status.problem.line, "chain",
                    f"{status.problem.kind}: {status.problem.message}")
-        raw = read_bytes(path).split(b"\n")[: status.lines]
-        return [json.loads(r) for r in raw], [sha256_hex(r) for r in raw]
+        records = [(line, json.loads(r)) for line, r in enumerate(raw, start=1)]
+        return [(line, r) for line, r in records if not _repair(r)], [sha256_hex(r) for r in raw]
+
+    def _shaped(self, name: str, records: list[tuple[int, dict[str, Any]]],
+                problem: Callable[[Any], tuple[str, str] | None]) -> list[tuple[int, dict[str, Any]]]:
+        """The records whose fields the rules can read; each other one is a problem under its log's rule."""
+        out = []
+        for line, rec in records:
+            bad = problem(rec)
+            if bad is None:
+                out.append((line, rec))
+            else:
+                self.p(f"{name}.jsonl", line, bad[0], f"malformed record: {bad[1]}")
+        return out
 
     def _rules(self, requests: tuple[PlanRequest, ...]) -> _Rules:
         if self.prereg is not None:
@@ -184,10 +238,10 @@ class _Check:
             return _Rules(d.run.reruns, d.run.transport_retries, d.budgets.reserve_per_item_usd,
                           d.budgets.ceiling_usd, d.budgets.spend_before_usd,
                           {s.slot: s.cap_usd for s in d.systems}, manifests)
-        starts = [e for e in self.events if e.get("event") == "start"]
-        caps = {s["slot"]: float(s["cap_usd"]) for e in starts[:1] for s in e.get("systems", [])}
-        reserve = next((float(a["reserve_usd"]) for a in self.admissions), None)
-        most = max((int(r["attempt"]) for r in self.attempts), default=1)
+        starts = [e for _, e in self.events if e["event"] == "start"]
+        caps = {s["slot"]: float(s["cap_usd"]) for e in starts[:1] for s in e["systems"]}
+        reserve = next((float(a["reserve_usd"]) for _, a in self.admissions), None)
+        most = max((r["attempt"] for _, r in self.attempts if _is_int(r.get("attempt"))), default=1)
         return _Rules(2, max(0, most - 1), reserve,
                       float(starts[0]["ceiling_usd"]) if starts else None,
                       float(starts[0]["spend_before_usd"]) if starts else None, caps,
@@ -202,41 +256,47 @@ class _Check:
             self.p("plan.jsonl", None, "chain", f"the plan does not read: {exc.code}: {exc.message}")
             return self.problems
         self.requests = {r.run_id: r for r in plan.requests}
+        self.systems = {r.system for r in plan.requests}
         self.study = str(plan.header["study"])
         self.stage = str(plan.header.get("stage") or os.path.basename(self.folder))
         logs = {name: self._log(name) for name in LOGS}
         self.heads = {name: v[1] for name, v in logs.items()}
-        self.attempts_all, _ = logs["attempts"]
-        self.events = [e for e in logs["run"][0] if not (e.get("event") == "log_repair" and "kind" not in e)]
-        self.admissions = [a for a in logs["admission"][0] if "kind" in a]
-        self.attempts = [a for a in self.attempts_all if not (a.get("event") == "log_repair" and "kind" not in a)]
+        self.attempts = logs["attempts"][0]
+        self.events = self._shaped("run", logs["run"][0], _event_problem)
+        self.admissions = self._shaped("admission", logs["admission"][0], _admission_problem)
+        self.start_times = [float(e["at"]) for _, e in self.events if e["event"] == "start"]
+        self.end_times = [float(e["at"]) for _, e in self.events if e["event"] == "end"]
         self.rules = self._rules(plan.requests)
         self.check_attempts(logs["attempts"])
-        self.check_run_log(logs["run"])
-        self.check_finals(logs["finals"])
+        self.check_run_log()
+        self.check_finals(self._shaped("finals", logs["finals"][0], _final_problem))
         self.check_archives()
         self.check_lanes()
         self.check_spend()
-        self.check_admissions(logs["admission"][0])
+        self.check_late_costs_owed()
+        self.check_admissions()
         self.check_halts()
-        self.check_anchors(logs["anchors"][0])
+        self.check_required_halts()
+        self.check_anchors(self._shaped("anchors", logs["anchors"][0], _anchor_problem))
         return self.problems
 
     # ---- attempts and the run log's attempt lines
 
-    def check_attempts(self, log: tuple[list[dict[str, Any]], list[str]]) -> None:
+    def check_attempts(self, log: tuple[list[tuple[int, dict[str, Any]]], list[str]]) -> None:
         records, shas = log
         # (run_id, rerun) -> [(line, record, sha)]
         self.runs: dict[tuple[str, int], list[tuple[int, dict[str, Any], str]]] = {}
         self.by_line: dict[int, tuple[dict[str, Any], str]] = {}
-        for line, (rec, sha) in enumerate(zip(records, shas, strict=True), start=1):
-            if rec.get("event") == "log_repair" and "kind" not in rec:
-                continue
+        for line, rec in records:
+            sha = shas[line - 1]
             body = {k: v for k, v in rec.items() if k not in ("prev", "seed")}
             try:
                 validate_run_attempt(body, line, reruns=10**6)
             except Refusal as exc:
                 self.p("attempts.jsonl", line, "attempt_invalid", exc.message)
+                continue
+            except (TypeError, ValueError, KeyError) as exc:  # the validator tripping on a wrong type
+                self.p("attempts.jsonl", line, "attempt_invalid", f"malformed record: {type(exc).__name__}: {exc}")
                 continue
             req = self.requests.get(body["run_id"])
             if req is None or body["request_sha256"] != req.request_sha256:
@@ -254,14 +314,14 @@ class _Check:
             run.append((line, body, sha))
             self.by_line[line] = (body, sha)
 
-    def check_run_log(self, log: tuple[list[dict[str, Any]], list[str]]) -> None:
+    def check_run_log(self) -> None:
         seen: dict[int, int] = {}
         self.attempt_events: list[tuple[int, dict[str, Any]]] = []
-        for line, e in enumerate(log[0], start=1):
-            if e.get("event") != "attempt":
+        for line, e in self.events:
+            if e["event"] != "attempt":
                 continue
             self.attempt_events.append((line, e))
-            n = int(e.get("attempts_line", -1))
+            n = int(e["attempts_line"])
             seen[n] = seen.get(n, 0) + 1
             got = self.by_line.get(n)
             if got is None:
@@ -283,11 +343,10 @@ class _Check:
 
     # ---- finals, receipts, archives
 
-    def check_finals(self, log: tuple[list[dict[str, Any]], list[str]]) -> None:
-        records, _ = log
+    def check_finals(self, records: list[tuple[int, dict[str, Any]]]) -> None:
         self.finals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         reruns = self.rules.reruns
-        for line, rec in enumerate(records, start=1):
+        for line, rec in records:
             rid = rec.get("run_id")
             if rid not in self.requests:
                 self.p("finals.jsonl", line, "final_link", f"run id {rid!r} not in the plan")
@@ -297,13 +356,13 @@ class _Check:
             if [rec.get(k) for k in ("kind", "system", "item", "arm", "repeat")] != [
                     FINAL_KIND, req.system, req.item, req.arm, req.repeat]:
                 self.p("finals.jsonl", line, "final_link", "kind, system, item, arm or repeat is not the plan's")
-            rerun = rec.get("rerun")
+            rerun: int = rec["rerun"]
             if rerun != len(mine):
                 self.p("finals.jsonl", line, "final_link", f"rerun {rerun!r}: expected {len(mine)}")
             if mine and mine[-1][1].get("action") == "stand":
                 self.p("finals.jsonl", line, "final_link", "a final after the cell's standing final")
-            got = self.by_line.get(int(rec.get("attempt_line", -1)))
-            run = self.runs.get((str(rid), int(rerun if isinstance(rerun, int) else -1)), [])
+            got = self.by_line.get(rec["attempt_line"])
+            run = self.runs.get((str(rid), rerun), [])
             if got is None or not run or run[-1][0] != rec.get("attempt_line") or got[1] != rec.get("attempt_sha256"):
                 self.p("finals.jsonl", line, "final_link", "attempt_line/attempt_sha256 is not its run's last attempt")
             else:
@@ -311,7 +370,7 @@ class _Check:
                 if not run_ended(attempt, self.rules.transport_retries):
                     self.p("finals.jsonl", line, "final_link", "the linked attempt did not end its run")
                 cls = classify(attempt)
-                want = action_for(cls, int(rerun), reruns)  # type: ignore[arg-type]
+                want = action_for(cls, rerun, reruns)
                 if rec.get("class") != cls or rec.get("action") != want:
                     self.p("finals.jsonl", line, "class_action",
                            f"{rec.get('class')}/{rec.get('action')} is not the recomputed {cls}/{want}")
@@ -321,11 +380,11 @@ class _Check:
                     # the report scores `passed`: only a verified delivered answer may carry one
                     self.p("finals.jsonl", line, "final_link", f"a {cls} final carries a verdict or a receipt")
                 if cls == "delivered":
-                    name = receipt_name(str(rid), int(rerun))  # type: ignore[arg-type]
-                    path = os.path.join(self.folder, name)
-                    if rec.get("receipt") != name or not os.path.exists(path):
+                    name = receipt_name(str(rid), rerun)
+                    data = _file_bytes(os.path.join(self.folder, name))
+                    if rec.get("receipt") != name or data is None:
                         self.p("finals.jsonl", line, "final_link", f"the receipt {name} is missing")
-                    elif sha256_hex(read_bytes(path)) != rec.get("receipt_sha256"):
+                    elif sha256_hex(data) != rec.get("receipt_sha256"):
                         self.p("finals.jsonl", line, "final_link", "receipt_sha256 is not the receipt's")
             replaced = rec.get("replaced")
             if not isinstance(replaced, list) or len(replaced) != len(mine):
@@ -343,11 +402,10 @@ class _Check:
 
     def _archive(self, line: int, rid: str, old: Mapping[str, Any], entry: Any) -> None:
         want = archive_name(rid, int(old["rerun"]))
-        path = os.path.join(self.folder, want)
-        if not isinstance(entry, dict) or entry.get("archive") != want or not os.path.exists(path):
+        data = _file_bytes(os.path.join(self.folder, want))
+        if not isinstance(entry, dict) or entry.get("archive") != want or data is None:
             self.p("finals.jsonl", line, "archive", f"{want} is missing or not listed")
             return
-        data = read_bytes(path)
         if data != canonical_bytes(old) + b"\n":
             self.p(want, None, "archive", "not a byte copy of the replaced final")
         if entry.get("sha256") != sha256_hex(data):
@@ -358,10 +416,15 @@ class _Check:
     def check_archives(self) -> None:
         adir = os.path.join(self.folder, "archive")
         finals = {archive_name(rid, int(rec["rerun"])): rec for rid, fs in self.finals.items() for _, rec in fs}
-        for name in sorted(os.listdir(adir)) if os.path.isdir(adir) else []:
+        try:
+            names = sorted(os.listdir(adir)) if os.path.isdir(adir) else []
+        except OSError as exc:
+            self.p("archive", None, "archive", f"the archive folder cannot be listed: {exc.strerror}")
+            names = []
+        for name in names:
             rel = f"archive/{name}"
             rec = finals.get(rel)
-            if rec is None or read_bytes(os.path.join(adir, name)) != canonical_bytes(rec) + b"\n":
+            if rec is None or _file_bytes(os.path.join(adir, name)) != canonical_bytes(rec) + b"\n":
                 self.p(rel, None, "archive", "an archive that is no final's byte copy")
 
     # ---- invocations, lanes
@@ -370,11 +433,15 @@ class _Check:
         """The index of the invocation (start event) in force at time t (-1 before any)."""
         return bisect.bisect_right(self.start_times, t) - 1
 
+    def invocation_ended(self, t: float) -> float | None:
+        """The time of the `end` event of the invocation in force at time t, or None (it crashed or runs on)."""
+        inv = self.invocation_of(t)
+        return next((at for at in self.end_times if at >= t and self.invocation_of(at) == inv), None)
+
     def check_lanes(self) -> None:
-        self.start_times = [float(e["at"]) for e in self.events if e.get("event") == "start"]
         on_lane: dict[tuple[str, int], list[tuple[float, float, int, dict[str, Any]]]] = {}
         for line, e in self.attempt_events:
-            logged = self.by_line.get(int(e.get("attempts_line", -1)))
+            logged = self.by_line.get(e["attempts_line"])
             if logged is None:
                 continue
             att = logged[0]
@@ -391,9 +458,9 @@ class _Check:
                            f"{system} lane {lane}: an attempt started at {b[0]} before the one at {a[0]} ended at {a[1]}")
         # admissions per lane, in plan order within an invocation; attempts on the last admitted item
         admits: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
-        for line, adm in enumerate(self.admissions, start=1):
-            if adm.get("decision") == "admit":
-                admits.setdefault((adm["system"], int(adm["lane"])), []).append((float(adm["at"]), line, adm["item"]))
+        for line, adm in self.admissions:
+            if adm["decision"] == "admit":
+                admits.setdefault((adm["system"], adm["lane"]), []).append((float(adm["at"]), line, adm["item"]))
         position = {(r.system, r.item): r.lane_position for r in self.requests.values()}
         for (system, lane), seq in admits.items():
             for (t0, _, i0), (t1, line, i1) in itertools.pairwise(seq):
@@ -426,6 +493,21 @@ class _Check:
                         self.p("run.jsonl", line, "lane_order",
                                f"{req.run_id}: arm {req.arm} run out of its drawn order")
                     prev = key
+        self.check_refused_lanes()
+
+    def check_refused_lanes(self) -> None:
+        """A lane that ended `refused` refused its last admission of the invocation (and then stopped)."""
+        decisions: dict[tuple[str, int], list[tuple[float, str]]] = {}
+        for _, adm in self.admissions:
+            decisions.setdefault((adm["system"], adm["lane"]), []).append((float(adm["at"]), adm["decision"]))
+        for line, e in self.events:
+            if e["event"] != "lane" or e["what"] != "end" or e.get("cause") != "refused":
+                continue
+            at, inv = float(e["at"]), self.invocation_of(float(e["at"]))
+            mine = [d for t, d in decisions.get((e["system"], e["lane"]), []) if t <= at and self.invocation_of(t) == inv]
+            if not mine or mine[-1] != "refuse":
+                self.p("run.jsonl", line, "lane_order", f"{e['system']} lane {e['lane']} ended `refused` at {at} "
+                       "but its last admission in the invocation is no refusal")
 
     # ---- spend, ceiling, conservation
 
@@ -433,20 +515,24 @@ class _Check:
         reserve = self.rules.reserve if self.rules.reserve is not None else 0.0
         # (time, kind order, system, amount, where)
         spend: list[tuple[float, str, float]] = []
-        abandoned = {(r["run_id"], r["rerun"], r["attempt"]) for r, _ in self.by_line.values()
-                     if r.get("error_code") in ("AttemptDeadline", "budget_stop")}
-        lates: set[tuple[str, int, int]] = set()
+        abandoned = {(r["run_id"], r["rerun"], r["attempt"]): r for r, _ in self.by_line.values()
+                     if r.get("error_code") in _ABANDONED}
+        self.late_costs: dict[tuple[str, int, int], float] = {}  # (run_id, rerun, attempt) -> its first late cost
         for rec, _ in self.by_line.values():
             spend.append((float(rec["ended"]), self.requests[rec["run_id"]].system,
                           cost_for_spend(rec["cost_usd"], reserve)))
-        for line, e in enumerate(self.events, start=1):
-            if e.get("event") != "late_cost":
+        for line, e in self.events:
+            if e["event"] != "late_cost":
                 continue
-            key = (e.get("run_id"), e.get("rerun"), e.get("attempt"))
-            if key not in abandoned or key in lates:
+            key = (e["run_id"], e["rerun"], e["attempt"])
+            owner = abandoned.get(key)
+            if owner is None or key in self.late_costs:
                 self.p("run.jsonl", line, "late_cost", f"late cost for {key}: no abandoned attempt, or a second one")
-            lates.add(key)  # type: ignore[arg-type]
-            spend.append((float(e["at"]), str(e["system"]), cost_for_spend(e["cost_usd"], reserve)))
+            elif e["system"] != self.requests[key[0]].system or float(e["at"]) < float(owner["ended"]):
+                self.p("run.jsonl", line, "late_cost", f"late cost for {key}: not its attempt's system, or logged "
+                       "before the attempt was abandoned")
+            self.late_costs.setdefault(key, float(e["at"]))
+            spend.append((float(e["at"]), e["system"], cost_for_spend(e["cost_usd"], reserve)))
         spend.sort(key=lambda s: s[0])
         self.spend = spend
         self.spend_times = [s[0] for s in spend]
@@ -460,17 +546,18 @@ class _Check:
             if ceiling is not None and total > ceiling and crossing is None:
                 crossing = (t, total)
         self.crossing = crossing
-        events = [(line, e) for line, e in enumerate(self.events, start=1) if e.get("event") == "ceiling"]
+        self.crossed_at = math.inf
+        events = [(line, e) for line, e in self.events if e["event"] == "ceiling"]
         if crossing is None and events:
             # a crossing counted from spend before alone, or a logged total the files don't imply
             for line, e in events:
                 self.p("run.jsonl", line, "conservation",
                        f"a ceiling event (total {e.get('total_usd')}) although spend never crosses {ceiling}")
         if crossing is not None:
-            systems = {r.system for r in self.requests.values()}
-            if {e.get("system") for _, e in events} != systems:
+            systems = self.systems
+            if {e["system"] for _, e in events} != systems:
                 self.p("run.jsonl", None, "ceiling", f"spend crossed the ceiling at {crossing[0]} "
-                       f"but systems {sorted(systems - {e.get('system') for _, e in events})} have no ceiling event")
+                       f"but systems {sorted(systems - {e['system'] for _, e in events})} have no ceiling event")
             for line, e in events:
                 at = float(e["crossed_at"])
                 if at < crossing[0]:
@@ -485,38 +572,52 @@ class _Check:
             self.crossed_at = min([crossing[0], *(float(e["crossed_at"]) for _, e in events)])
 
     def finished(self, system: str | None, t: float, *, inclusive: bool) -> float:
+        """A system's spend (None: every system's, plus spend before) up to t, as one exact sum."""
         end = (bisect.bisect_right if inclusive else bisect.bisect_left)(self.spend_times, t)
-        return math.fsum(a for _, s, a in self.spend[:end] if system is None or s == system)
+        before = [self.rules.spend_before or 0.0] if system is None else []
+        return math.fsum([*before, *(a for _, s, a in self.spend[:end] if system is None or s == system)])
+
+    def check_late_costs_owed(self) -> None:
+        """Every abandoned attempt's late cost is logged before its invocation's `end`.
+
+        The runner waits for an abandoned request at the end (at most a deadline) and
+        then cancels it, logging its cost or "unknown" either way; only a crash (no `end`)
+        leaves one owed.
+        """
+        for line, (rec, _) in self.by_line.items():
+            if rec.get("error_code") not in _ABANDONED:
+                continue
+            key = (rec["run_id"], rec["rerun"], rec["attempt"])
+            end = self.invocation_ended(float(rec["started"]))
+            at = self.late_costs.get(key)
+            if end is not None and (at is None or at > end):
+                self.p("attempts.jsonl", line, "late_cost", f"{key} abandoned without its late cost, though its "
+                       f"invocation ended at {end}" + ("" if at is None else f" (one logged at {at})"))
 
     # ---- admission
 
-    def check_admissions(self, records: list[dict[str, Any]]) -> None:
+    def check_admissions(self) -> None:
         refused: set[str] = set()
-        reserve, before = self.rules.reserve, self.rules.spend_before or 0.0
+        reserve = self.rules.reserve
         admits: dict[tuple[str, int], list[tuple[float, str]]] = {}
         ends: dict[tuple[str, int], list[float]] = {}
-        for e in self.events:
-            if e.get("event") == "lane" and e.get("what") == "end":
-                ends.setdefault((e["system"], int(e["lane"])), []).append(float(e["at"]))
-        for a in records:
-            if a.get("decision") == "admit":
-                admits.setdefault((a["system"], int(a["lane"])), []).append((float(a["at"]), a["item"]))
-        for line, a in enumerate(records, start=1):
-            if "kind" not in a:
-                continue
-            try:
-                inputs = AdmissionInputs(
-                    system=a["system"], item=a["item"], lane=int(a["lane"]), finished_usd=float(a["finished_usd"]),
-                    reserve_usd=float(a["reserve_usd"]), under_way=int(a["under_way"]), cap_usd=float(a["cap_usd"]),
-                    refused_before=bool(a["refused_before"]), total_usd=float(a["ceiling"]["total_usd"]),
-                    ceiling_usd=float(a["ceiling"]["ceiling_usd"]), crossed=bool(a["ceiling"]["crossed"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                self.p("admission.jsonl", line, "admission_rule", f"unreadable inputs: {exc!r}")
-                continue
-            if (a.get("decision"), a.get("reason")) != admission_decision(inputs):
-                self.p("admission.jsonl", line, "admission_rule", f"{a.get('decision')}/{a.get('reason')} is not "
+        for _, e in self.events:
+            if e["event"] == "lane" and e["what"] == "end":
+                ends.setdefault((e["system"], e["lane"]), []).append(float(e["at"]))
+        for _, a in self.admissions:
+            if a["decision"] == "admit":
+                admits.setdefault((a["system"], a["lane"]), []).append((float(a["at"]), a["item"]))
+        for line, a in self.admissions:
+            c = a["ceiling"]
+            inputs = AdmissionInputs(
+                system=a["system"], item=a["item"], lane=a["lane"], finished_usd=float(a["finished_usd"]),
+                reserve_usd=float(a["reserve_usd"]), under_way=a["under_way"], cap_usd=float(a["cap_usd"]),
+                refused_before=a["refused_before"], total_usd=float(c["total_usd"]),
+                ceiling_usd=float(c["ceiling_usd"]), crossed=c["crossed"])
+            if (a["decision"], a["reason"]) != admission_decision(inputs):
+                self.p("admission.jsonl", line, "admission_rule", f"{a['decision']}/{a['reason']} is not "
                        f"the rule's {'/'.join(admission_decision(inputs))} for its inputs")
-            if not _close(float(a.get("projected_usd", math.nan)), inputs.projected_usd):
+            if not _close(float(a["projected_usd"]), inputs.projected_usd):
                 self.p("admission.jsonl", line, "admission_rule", "projected_usd is not finished + reserve x under_way")
             t, system = float(a["at"]), inputs.system
 
@@ -526,8 +627,7 @@ class _Check:
             lo, hi = self.finished(system, t, inclusive=False), self.finished(system, t, inclusive=True)
             if not (_close(inputs.finished_usd, lo) or _close(inputs.finished_usd, hi)):
                 bad(f"finished_usd {inputs.finished_usd} is not the system's spend before it ({lo})")
-            tlo = math.fsum([before, self.finished(None, t, inclusive=False)])
-            thi = math.fsum([before, self.finished(None, t, inclusive=True)])
+            tlo, thi = self.finished(None, t, inclusive=False), self.finished(None, t, inclusive=True)
             if not (_close(inputs.total_usd, tlo) or _close(inputs.total_usd, thi)):
                 bad(f"ceiling total {inputs.total_usd} is not spend before + all spend before it ({tlo})")
             if reserve is not None and not _close(inputs.reserve_usd, reserve):
@@ -567,28 +667,37 @@ class _Check:
 
     def check_halts(self) -> None:
         # per system: intervals in which nothing may start, [from, until)
-        systems = {r.system for r in self.requests.values()}
+        systems = self.systems
         halts: dict[str, list[tuple[float, float, str]]] = {s: [] for s in systems}
         starts = [*self.start_times, math.inf]
         paused: dict[str, float] = {}
-        for e in self.events:
-            ev, at = e.get("event"), float(e.get("at", 0.0))
+        for _, e in self.events:
+            ev, at = e["event"], float(e["at"])
             if ev == "pause":
-                paused.setdefault(str(e["system"]), at)
-            elif ev == "resume_paused" and str(e["system"]) in paused:
-                halts[str(e["system"])].append((paused.pop(str(e["system"])), at, "a pause"))
+                paused.setdefault(e["system"], at)
+            elif ev == "resume_paused" and e["system"] in paused:
+                halts.setdefault(e["system"], []).append((paused.pop(e["system"]), at, "a pause"))
             elif ev in ("stop", "signal"):
                 until = starts[bisect.bisect_right(starts, at)]
-                targets = systems if e.get("system") is None else {str(e["system"])}
+                targets = systems if e.get("system") is None else {e["system"]}
                 for s in targets:
                     halts.setdefault(s, []).append((at, until, "a stop" if ev == "stop" else "a signal"))
         for s, at in paused.items():
-            halts[s].append((at, math.inf, "a pause"))
+            halts.setdefault(s, []).append((at, math.inf, "a pause"))
+        # a final asking for a pause or a stop halts its system from its own time, whatever the run log says
+        for rid, fs in self.finals.items():
+            system = self.requests[rid].system
+            for _, f in fs:
+                t = float(f["at"])
+                if f["action"] == "pause":
+                    halts[system].append((t, self.resumed_after(system, t), "a pause final"))
+                elif f["action"] == "stop":
+                    halts[system].append((t, starts[bisect.bisect_right(starts, t)], "a stop final"))
         if self.crossing is not None:
             for s in systems:
                 halts[s].append((self.crossed_at, math.inf, "the ceiling's crossing"))
         for line, e in self.attempt_events:
-            got = self.by_line.get(int(e.get("attempts_line", -1)))
+            got = self.by_line.get(e["attempts_line"])
             if got is None:
                 continue
             rec = got[0]
@@ -596,8 +705,8 @@ class _Check:
             for lo, hi, why in halts.get(system, []):
                 if lo < t < hi:
                     self.p("run.jsonl", line, "halted", f"{rec['run_id']} started at {t} after {why} at {lo}")
-        for line, a in enumerate(self.admissions, start=1):
-            if a.get("decision") != "admit":
+        for line, a in self.admissions:
+            if a["decision"] != "admit":
                 continue
             t = float(a["at"])
             for lo, hi, why in halts.get(a["system"], []):
@@ -605,13 +714,79 @@ class _Check:
                     self.p("admission.jsonl", line, "halted", f"item {a['item']} admitted at {t} after {why} at {lo}")
         self.check_skipped(halts)
 
+    def resumed_after(self, system: str, t: float) -> float:
+        """The time of the first `resume_paused` of `system` after t (inf: none)."""
+        return min((float(e["at"]) for _, e in self.events
+                    if e["event"] == "resume_paused" and e["system"] == system and float(e["at"]) > t), default=math.inf)
+
+    def stopped(self, system: str, t: float, cause: str) -> bool:
+        """Whether `system` is stopped at t as the runner stops it: by a stop logged earlier in t's
+        invocation, or else by the next stop covering it, which must then have this cause."""
+        inv = self.invocation_of(t)
+        covering = [(float(e["at"]), e) for _, e in self.events if e["event"] == "stop"
+                    and e["system"] in (None, system) and self.invocation_of(float(e["at"])) == inv]
+        if any(at <= t for at, _ in covering):
+            return True
+        return bool(covering) and covering[0][1]["cause"] == cause
+
+    def check_required_halts(self) -> None:
+        """The pauses and stops the rules require are logged.
+
+        A pause final owes a `pause` event for its system and run before the system's next
+        `resume_paused` (a later invocation writes one a crash cut off); a stop final, an
+        inconclusive final past the limit, the ceiling's crossing and a first signal owe a stop
+        of their systems in their invocation, unless it crashed (no `end`).
+        """
+        last = len(self.start_times) - 1
+        pauses = [(line, e) for line, e in self.events if e["event"] == "pause"]
+        used: set[int] = set()
+        inconclusive: dict[str, set[str]] = {}
+        finals = sorted((line, rid, f) for rid, fs in self.finals.items() for line, f in fs)
+        for line, rid, f in finals:
+            system, t = self.requests[rid].system, float(f["at"])
+            ended = self.invocation_ended(t) is not None
+            if f["action"] == "pause" and (ended or self.invocation_of(t) < last):
+                until = self.resumed_after(system, t)
+                match = next((n for n, e in pauses if n not in used and e["system"] == system
+                              and e["run_id"] == rid and t <= float(e["at"]) < until), None)
+                if match is None:
+                    self.p("finals.jsonl", line, "halted", f"{rid}: a pause final at {t} without its pause event")
+                else:
+                    used.add(match)
+            if f["action"] == "stop" and ended:
+                cause = "deadline" if f["error_code"] == "AttemptDeadline" else str(f["class"])
+                if not self.stopped(system, t, cause):
+                    self.p("finals.jsonl", line, "halted", f"{rid}: a stop final at {t} without a {cause} stop "
+                           f"of {system}")
+            if f["class"] == "inconclusive":
+                items = inconclusive.setdefault(system, set())
+                items.add(self.requests[rid].item)
+                if len(items) > INCONCLUSIVE_ITEMS_LIMIT and ended and not self.stopped(system, t, "inconclusive"):
+                    self.p("finals.jsonl", line, "halted", f"{system}: inconclusive failures in {len(items)} items "
+                           f"(limit {INCONCLUSIVE_ITEMS_LIMIT}) at {t} without an inconclusive stop")
+        for line, e in pauses:
+            if line not in used:
+                self.p("run.jsonl", line, "halted", f"a pause of {e['system']} that no pause final of "
+                       f"{e['run_id']} asks for")
+        required: list[tuple[int | None, float, str, str]] = []
+        if self.crossing is not None:
+            required.append((None, self.crossed_at, "ceiling", "the ceiling's crossing"))
+        required += [(line, float(e["at"]), "interrupt", "a first signal") for line, e in self.events
+                     if e["event"] == "signal" and e["count"] == 1]
+        for where, t, cause, why in required:
+            if self.invocation_ended(t) is None:
+                continue
+            for system in sorted(self.systems):
+                if not self.stopped(system, t, cause):
+                    self.p("run.jsonl", where, "halted", f"{why} at {t} without a {cause} stop of {system}")
+
     def check_skipped(self, halts: Mapping[str, list[tuple[float, float, str]]]) -> None:
-        ends = [(float(e["at"]), e) for e in self.events if e.get("event") == "end"]
+        ends = [(float(e["at"]), e) for _, e in self.events if e["event"] == "end"]
         for rid, fs in self.finals.items():
             if not fs or fs[-1][1].get("action") != "rerun":
                 continue
             line, final = fs[-1]
-            if (rid, int(final["rerun"]) + 1) in self.runs:
+            if (rid, final["rerun"] + 1) in self.runs:
                 continue
             t = float(final["at"])
             inv = self.invocation_of(t)
@@ -625,8 +800,8 @@ class _Check:
                    f"{rid}: rerun {final['rerun'] + 1} owed but never run though the invocation ended at {end}")
         # A run's end owes its final at once; only a failed verifier (a harness stop) or a runner error
         # leaves it owed when the invocation goes on to its end (a crash leaves no end).
-        failed = [(float(e["at"]), e.get("system")) for e in self.events
-                  if e.get("event") == "stop" and e.get("cause") in ("harness", "runner-error")]
+        failed = [(float(e["at"]), e["system"]) for _, e in self.events
+                  if e["event"] == "stop" and e["cause"] in ("harness", "runner-error")]
         for (rid, rerun), run in self.runs.items():
             line, rec, _ = run[-1]
             if not run_ended(rec, self.rules.transport_retries) or any(
@@ -651,14 +826,14 @@ class _Check:
 
     # ---- anchors
 
-    def check_anchors(self, records: list[dict[str, Any]]) -> None:
-        for line, a in enumerate(records, start=1):
-            for name, got in (a.get("logs") or {}).items():
+    def check_anchors(self, records: list[tuple[int, dict[str, Any]]]) -> None:
+        for line, a in records:
+            for name, got in a["logs"].items():
                 heads = self.heads.get(name)
-                if heads is None or not isinstance(got, dict):
+                if heads is None:
                     self.p("anchors.jsonl", line, "anchor", f"an anchor for an unknown log {name!r}")
                     continue
-                n, head = int(got.get("lines", -1)), got.get("head")
+                n, head = got["lines"], got["head"]
                 if n == 0:
                     ok = head is None or head == _seed_hash(log_seed(self.study, self.stage, name))
                 else:
@@ -666,11 +841,12 @@ class _Check:
                 if not ok:
                     self.p("anchors.jsonl", line, "anchor",
                            f"{name}: {n} lines with head {head} is not a prefix of the log ({len(heads)} lines)")
-            for name, sha in (a.get("manifests") or {}).items():
+            for name, sha in a["manifests"].items():
                 path = self.rules.manifests.get(name)
                 if path is None:
                     continue
-                now = sha256_hex(read_bytes(path)) if os.path.exists(path) else None
+                data = _file_bytes(path)
+                now = None if data is None else sha256_hex(data)
                 if sha != now:
                     self.p("anchors.jsonl", line, "anchor", f"manifest {name}: sha256 {sha} is not the file's {now}")
 
@@ -679,3 +855,146 @@ def _seed_hash(seed: str) -> str:
     from harness.evidence.chain import seed_hash
 
     return seed_hash(seed)
+
+
+def _repair(record: Mapping[str, Any]) -> bool:
+    """A torn-tail repair line of a chained log (no record of the run's own)."""
+    return record.get("event") == "log_repair" and "kind" not in record
+
+
+def _file_bytes(path: str) -> bytes | None:
+    """The bytes of a regular file (a link to one followed), or None: missing, not a file, unreadable."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        return read_bytes(path)
+    except (Refusal, OSError):
+        return None
+
+
+# --------------------------------------------------------------------------
+# Record shapes: the fields (and their types) the rules read, checked before any rule reads them.
+# A record that lacks one is a problem under its log's rule and takes no further part in the check.
+
+_Field = tuple[str, Callable[[Any], bool]]  # (what the value must be, the test)
+_Shape = Mapping[str, _Field]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_STR: _Field = ("a string", lambda v: isinstance(v, str))
+_OPT_STR: _Field = ("a string or null", lambda v: v is None or isinstance(v, str))
+_INT: _Field = ("an integer", _is_int)
+_NUM: _Field = ("a finite number", _is_num)
+_BOOL: _Field = ("true or false", lambda v: isinstance(v, bool))
+_OPT_BOOL: _Field = ("true, false or null", lambda v: v is None or isinstance(v, bool))
+_COST: _Field = ('a non-negative number or "unknown"', lambda v: v == "unknown" or (_is_num(v) and v >= 0))
+_LIST: _Field = ("a list", lambda v: isinstance(v, list))
+
+
+def _one_of(*values: str) -> _Field:
+    return (f"one of {', '.join(values)}", lambda v: v in values)
+
+
+def _kind(kind: str) -> _Field:
+    return (repr(kind), lambda v: v == kind)
+
+
+def _shape_error(rec: Any, shape: _Shape) -> str | None:
+    if not isinstance(rec, dict):
+        return "not an object"
+    for key, (what, ok) in shape.items():
+        if key not in rec:
+            return f"no field {key!r}"
+        if not ok(rec[key]):
+            return f"{key} {rec[key]!r} is not {what}"
+    return None
+
+
+def _each(shape: _Shape, what: str) -> _Field:
+    """A list of objects of `shape`."""
+    return (what, lambda v: isinstance(v, list) and all(_shape_error(x, shape) is None for x in v))
+
+
+def _object(shape: _Shape, what: str) -> _Field:
+    return (what, lambda v: _shape_error(v, shape) is None)
+
+
+def _values(shape: _Shape | _Field, what: str) -> _Field:
+    """An object whose every value is of `shape` (an object shape, or one check)."""
+    def ok(v: Any) -> bool:
+        if not isinstance(v, dict):
+            return False
+        if isinstance(shape, tuple):
+            return all(shape[1](x) for x in v.values())
+        return all(_shape_error(x, shape) is None for x in v.values())
+
+    return (what, ok)
+
+
+_EVENT_FIELDS: Mapping[str, _Shape] = {
+    "start": {"ceiling_usd": _NUM, "spend_before_usd": _NUM,
+              "systems": _each({"slot": _STR, "cap_usd": _NUM}, "a list of {slot, cap_usd}")},
+    "attempt": {"system": _STR, "lane": _INT, "run_id": _STR, "rerun": _INT, "attempt": _INT, "attempts_line": _INT,
+                "attempt_sha256": _STR, "started": _NUM, "ended": _NUM, "cost_usd": _COST, "class": _STR},
+    "lane": {"system": _STR, "lane": _INT, "what": _one_of("start", "end"), "cause": _OPT_STR},
+    "stop": {"system": _OPT_STR, "cause": _one_of(*STOP_CAUSES)},
+    "pause": {"system": _STR, "run_id": _STR},
+    "resume_paused": {"system": _STR},
+    "signal": {"signum": _INT, "count": _INT},
+    "ceiling": {"system": _STR, "crossed_at": _NUM, "total_usd": _NUM, "ceiling_usd": _NUM},
+    "late_cost": {"system": _STR, "run_id": _STR, "rerun": _INT, "attempt": _INT, "cost_usd": _COST},
+    "end": {"complete": _BOOL},
+    "anchor_push": {},
+}
+_EVENT_RULE: Mapping[str, str] = {
+    "start": "halted", "attempt": "attempt_logged", "lane": "lane_order", "stop": "halted", "pause": "halted",
+    "resume_paused": "halted", "signal": "halted", "ceiling": "ceiling", "late_cost": "late_cost",
+    "end": "incomplete", "anchor_push": "anchor",
+}
+_ADMISSION: _Shape = {
+    "kind": _kind(ADMISSION_KIND), "at": _NUM, "system": _STR, "item": _STR, "lane": _INT, "finished_usd": _NUM,
+    "reserve_usd": _NUM, "under_way": _INT, "projected_usd": _NUM, "cap_usd": _NUM, "refused_before": _BOOL,
+    "ceiling": _object({"total_usd": _NUM, "ceiling_usd": _NUM, "crossed": _BOOL}, "{total_usd, ceiling_usd, crossed}"),
+    "decision": _one_of("admit", "refuse"), "reason": _STR,
+}
+_FINAL: _Shape = {
+    "kind": _STR, "at": _NUM, "run_id": _STR, "system": _STR, "item": _STR, "arm": _STR, "repeat": _INT,
+    "rerun": _INT, "class": _STR, "action": _STR, "error_code": _OPT_STR, "attempt": _INT, "attempt_line": _INT,
+    "attempt_sha256": _STR, "passed": _OPT_BOOL, "receipt": _OPT_STR, "receipt_sha256": _OPT_STR, "replaced": _LIST,
+}
+_ANCHOR: _Shape = {
+    "kind": _kind(ANCHOR_KIND), "at": _NUM,
+    "logs": _values({"lines": _INT, "head": _OPT_STR}, "an object of {lines, head}"),
+    "manifests": _values(_OPT_STR, "an object of sha256 strings or null"),
+}
+
+
+def _event_problem(e: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(rule, what is wrong) for a run event the rules cannot read, else None."""
+    event = e.get("event")
+    if e.get("kind") != RUN_EVENT_KIND or not isinstance(event, str) or event not in _EVENT_FIELDS:
+        return "chain", f"kind {e.get('kind')!r}, event {event!r}: not a {RUN_EVENT_KIND} event"
+    bad = _shape_error(e, {"at": _NUM, **_EVENT_FIELDS[event]})
+    return None if bad is None else (_EVENT_RULE[event], f"{event} event: {bad}")
+
+
+def _admission_problem(a: Mapping[str, Any]) -> tuple[str, str] | None:
+    bad = _shape_error(a, _ADMISSION)
+    return None if bad is None else ("admission_rule", bad)
+
+
+def _final_problem(f: Mapping[str, Any]) -> tuple[str, str] | None:
+    bad = _shape_error(f, _FINAL)
+    return None if bad is None else ("final_link", bad)
+
+
+def _anchor_problem(a: Mapping[str, Any]) -> tuple[str, str] | None:
+    bad = _shape_error(a, _ANCHOR)
+    return None if bad is None else ("anchor", bad)

@@ -58,7 +58,9 @@ the stage and the log (`log_seed`), so no log can stand in for another:
                          lane         system, lane, what: start | end, cause (at end: done |
                                       stopped | paused | refused | interrupt)
                          stop         system (null: every system), cause (`STOP_CAUSES`), detail
-                         pause        system, run_id, error_code (operator failure)
+                         pause        system, run_id, error_code (operator failure; `recovered:
+                                      true` when written on resume for a pause final a crash left
+                                      without it)
                          resume_paused system (written by --resume-paused after a pause)
                          signal       signum, count (1: stop admitting; 2: exit at once)
                          ceiling      system, crossed_at, total_usd, ceiling_usd (one per system)
@@ -87,8 +89,10 @@ the stage and the log (`log_seed`), so no log can stand in for another:
 Spend. A system's finished spend is the `math.fsum` of its attempts' costs and
 its late costs, where an "unknown" cost counts as `reserve_per_item_usd` (the
 registered amount a runner must hold for an item whose cost it cannot see):
-conservative, never zero. The ceiling's total is `spend_before_usd` plus every
-system's finished spend.
+conservative, never zero. The ceiling's total (`ceiling_total`) is ONE `math.fsum`
+of `spend_before_usd` and every part of every system's finished spend: the
+correctly rounded total, not a sum of the systems' rounded sums (that double
+rounding can put the total one ulp past the ceiling where the exact one is not).
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ from typing import Any, Final
 from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
+from harness.evidence.money import sum_costs
 from harness.study.attempts import PlanRequest, attempts_seed, validate_attempt
 from harness.study.resume import ERROR_CLASSES, TRANSPORT_CODES
 
@@ -125,6 +130,7 @@ __all__ = [
     "action_for",
     "admission_decision",
     "archive_name",
+    "ceiling_total",
     "classify",
     "cost_for_spend",
     "load_ledger",
@@ -269,6 +275,16 @@ def admission_record(inputs: AdmissionInputs, at: float) -> dict[str, Any]:
 def cost_for_spend(cost_usd: Any, reserve_usd: float) -> float:
     """What a recorded cost adds to spend: the number, or the reserve when it is "unknown"."""
     return reserve_usd if cost_usd == "unknown" else float(cost_usd)
+
+
+def ceiling_total(spend_before_usd: float, parts: Mapping[str, Sequence[float]]) -> float:
+    """The ceiling's total: one exact (`math.fsum`) sum of spend before and every system's spend parts.
+
+    Summing the systems' own rounded sums instead would round twice, and the ceiling's
+    crossing would then depend on how the spend is split between systems. An overflow is
+    refused (`cost_overflow`).
+    """
+    return sum_costs([spend_before_usd, *(p for system_parts in parts.values() for p in system_parts)])
 
 
 # --------------------------------------------------------------------------

@@ -82,6 +82,7 @@ from harness.study.run_records import (
     admission_decision,
     admission_record,
     archive_name,
+    ceiling_total,
     classify,
     cost_for_spend,
     load_ledger,
@@ -218,7 +219,7 @@ class _Engine:
     # ---- bookkeeping under the lock
 
     def total(self) -> float:
-        return sum_costs([self.s.design.budgets.spend_before_usd, *self.spend.values()])
+        return ceiling_total(self.s.design.budgets.spend_before_usd, self.spend_parts)
 
     def event(self, event: str, **fields: Any) -> dict[str, Any]:
         with self.lock:
@@ -609,7 +610,8 @@ class _Engine:
             self.progress_cb(self.progress())
 
     def recover(self) -> None:
-        """Repair what a crash left between appends: attempt lines missing from run.jsonl."""
+        """Repair what a crash left between appends: attempt lines missing from run.jsonl, and the pause
+        event of a pause final (logged `recovered: true`)."""
         with self.lock:
             for c in self.ledger.cells.values():
                 for runs in c.attempts.values():
@@ -621,6 +623,16 @@ class _Engine:
                                                ended=rec["ended"], cost_usd=rec["cost_usd"], recovered=True,
                                                **{"class": classify(rec)})
                             self.ledger.logged_attempt_lines.add(line)
+            # A pause final whose pause event a crash cut off: the system stays paused all the same.
+            for c in self.ledger.cells.values():
+                last = c.last_final
+                if last is None or last["action"] != "pause" or any(
+                        e["event"] == "pause" and e.get("run_id") == c.request.run_id
+                        and float(e["at"]) >= float(last["at"]) for e in self.ledger.run_events):
+                    continue
+                self._event_locked("pause", system=c.request.system, run_id=c.request.run_id,
+                                   error_code=last.get("error_code"), recovered=True)
+                self.paused.add(c.request.system)
 
     async def main(self) -> None:
         loop = asyncio.get_running_loop()
