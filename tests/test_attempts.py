@@ -377,6 +377,7 @@ def _validator_cases() -> list[tuple[str, dict[str, Any]]]:
         ("run id empty", {"run_id": ""}),
         ("kind", {"kind": "model-attempt.v2"}),
         ("outcome", {"outcome": "maybe"}),
+        ("outcome a list", {"outcome": []}),
         ("cost negative", {"cost_usd": -0.01}),
         ("cost bool", {"cost_usd": False}),
         ("cost string", {"cost_usd": "0.1"}),

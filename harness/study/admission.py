@@ -52,7 +52,7 @@ def preflight(
     """The preflight summary (`RunSummary` with mode `preflight`); exit_code 0 when nothing stands in the way."""
     from harness.evidence.lock import lock_holder
     from harness.study import runner
-    from harness.study.run_records import RunProgress, RunSummary, SystemProgress
+    from harness.study.run_records import RunProgress, RunSummary, SystemProgress, ceiling_total
 
     problems: list[dict[str, Any]] = []
 
@@ -87,9 +87,9 @@ def preflight(
         if why is not None:
             problem("endpoint", f"{url} is not reachable: {why}", url=url)
     b = d.budgets
-    spent = 0.0 if ledger is None else sum(ledger.spend.values())
-    if b.spend_before_usd + spent >= b.ceiling_usd:
-        problem("budgets", f"spend {b.spend_before_usd + spent} already reaches the ceiling {b.ceiling_usd}")
+    total = b.spend_before_usd if ledger is None else ceiling_total(b.spend_before_usd, ledger.spend_parts)
+    if total >= b.ceiling_usd:
+        problem("budgets", f"spend {total} already reaches the ceiling {b.ceiling_usd}")
     for slot in setup.systems:
         if b.reserve_per_item_usd > d.system(slot).cap_usd:
             problem("budgets", f"system {slot}: the reserve per item exceeds its cap: nothing can be admitted",
@@ -112,7 +112,7 @@ def preflight(
     systems = tuple(SystemProgress(s, 0, 0, 0, 0, sum(1 for r in setup.requests if r.system == s),
                                    0.0 if ledger is None else ledger.spend[s], d.system(s).cap_usd, "preflight")
                     for s in setup.systems)
-    prog = RunProgress(d.study_id, stage, b.spend_before_usd + spent, b.ceiling_usd, False, systems)
+    prog = RunProgress(d.study_id, stage, total, b.ceiling_usd, False, systems)
     ok = not problems
     return RunSummary(ok, 0 if ok else 1, "preflight", d.study_id, stage, setup.folder, False, prog,
                       problems=tuple(problems))

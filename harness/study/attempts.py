@@ -362,7 +362,7 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
     if record.get("kind") != ATTEMPT_KIND:
         raise f.bad(f"kind must be {ATTEMPT_KIND!r}, found {record.get('kind')!r}")
     outcome = record.get("outcome")
-    if outcome not in _FIELDS:
+    if not isinstance(outcome, str) or outcome not in _FIELDS:
         raise f.bad(f'outcome must be "delivered" or "error", found {outcome!r}')
     if outcome == "error" and "text" in record:
         raise f.bad("an error record must not carry text (it would look like an answer)")
