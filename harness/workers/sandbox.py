@@ -164,7 +164,7 @@ class Sandbox:
                 "why": "--sandbox none: the command ran as the proctor's user, with its network and files",
             })  # fmt: skip
         assert self.binary is not None
-        options = [*self.namespaces, *_system_options(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        options = [*self.namespaces, *_base_options()]
         options += _view_options(view)
         options += ["--remount-ro", "/", "--chdir", view.cwd]
         record = {
@@ -195,7 +195,7 @@ def _python_roots() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _system_options() -> tuple[str, ...]:
-    """The read-only system: the folders in `_SYSTEM` (links as links), /etc's secrets masked, Python."""
+    """The read-only system: the folders in `_SYSTEM` (links as links), /etc's secrets masked."""
     options: list[str] = []
     for path in _SYSTEM:
         if os.path.islink(path):
@@ -209,9 +209,18 @@ def _system_options() -> tuple[str, ...]:
             options += ["--tmpfs", path, "--remount-ro", path]
         else:
             options += ["--ro-bind", "/dev/null", path]
-    for path in _python_roots():
-        options += ["--ro-bind", path, path]
     return tuple(options)
+
+
+@functools.lru_cache(maxsize=1)
+def _base_options() -> tuple[str, ...]:
+    """Every sandbox's base, in mount order: the system, /proc, /dev, a private /tmp, then Python.
+
+    Python and `harness` are bound after the tmpfs on /tmp, so a checkout or a venv that
+    lies under /tmp stays visible (bwrap applies its options in order).
+    """
+    python = [word for path in _python_roots() for word in ("--ro-bind", path, path)]
+    return (*_system_options(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *python)
 
 
 def _expose(path: str, withheld: Sequence[str], options: list[str]) -> None:
@@ -325,8 +334,7 @@ def _probe(binary: str) -> tuple[str | None, tuple[str, ...], tuple[str, ...], s
     check = [target] if target != sys.executable else [target, "-S", "-c", "pass"]
     errors: list[str] = []
     for index, namespaces in enumerate(_NAMESPACES):
-        argv = [binary, *namespaces, *_system_options(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                "--remount-ro", "/", "--", *check]  # fmt: skip
+        argv = [binary, *namespaces, *_base_options(), "--remount-ro", "/", "--", *check]
         try:
             run = subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False,
                                  stdin=subprocess.DEVNULL)  # fmt: skip
