@@ -495,3 +495,15 @@ def test_a_warm_verifier_without_bwrap_is_unavailable_not_a_verdict(
     monkeypatch.setenv("PROCTOR_BWRAP", str(tmp_path / "no-bwrap"))
     with pytest.raises(VerifierUnavailable, match="sandbox_unavailable"), WarmVerifier() as verifier:
         verifier.run("pass")
+
+
+def test_python_is_bound_after_the_private_tmp_so_a_checkout_under_tmp_stays_visible() -> None:
+    from harness.workers import sandbox
+
+    options = list(sandbox._base_options())
+    tmpfs = next(i for i in range(len(options) - 1) if options[i:i + 2] == ["--tmpfs", "/tmp"])
+    roots = sandbox._python_roots()
+    assert roots, "the harness package and the Python prefixes are bound"
+    for root in roots:
+        binds = [i for i in range(len(options) - 2) if options[i:i + 3] == ["--ro-bind", root, root]]
+        assert binds and all(i > tmpfs for i in binds), (root, options)
