@@ -85,6 +85,7 @@ def simulator(folder: Path, seed: int, source: tuple[str, str] | None = None,
     or ("--answers", a JSONL file).
     """
     ready = folder / f"sim-ready-{seed}.json"
+    ready.unlink(missing_ok=True)  # a ready file left by an earlier simulator names a dead port
     flag, where = source or ("--tasks", str(TASKS))
     argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", flag, where,
             "--ready-file", str(ready), "--seed", str(seed)]

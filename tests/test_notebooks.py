@@ -265,6 +265,18 @@ def test_dry_run_lists_cells_and_writes_nothing(tmp_path: Path) -> None:
     assert not results.exists()
 
 
+def test_a_real_run_stops_at_a_failed_preflight_before_any_call(tmp_path: Path) -> None:
+    prereg = make_prereg(tmp_path)
+    results = tmp_path / "results"
+    out = tmp_path / "stopped.ipynb"
+    params = {"prereg": str(prereg), "stage": "A", "results": str(results), "base_url": "http://127.0.0.1:9/v1"}
+    with pytest.raises(PapermillExecutionError) as caught:
+        execute_notebook(RUN_STUDY, out, params, cwd=REPO)
+    assert caught.value.ename == "PreflightFailed"
+    assert "endpoint" in caught.value.evalue and "nothing was run" in caught.value.evalue
+    assert not list(results.rglob("attempts.jsonl"))  # no provider was called
+
+
 def test_a_refusal_makes_papermill_fail(tmp_path: Path) -> None:
     prereg = make_prereg(tmp_path, frozen=False)
     out = tmp_path / "refused.ipynb"

@@ -45,6 +45,7 @@ __all__ = [
     "KERNEL_NAME",
     "OUTPUT_REASONS",
     "PapermillRun",
+    "PreflightFailed",
     "StageIncomplete",
     "Table",
     "anchor_notebook",
@@ -57,6 +58,7 @@ __all__ = [
     "progress_table",
     "repo_root",
     "require_complete",
+    "require_preflight",
     "resolve",
     "run_papermill",
     "run_with_progress",
@@ -76,6 +78,11 @@ class StageIncomplete(Exception):
     Raised by `require_complete` so that papermill exits non-zero; the files are
     intact and running the same notebook again resumes the stage.
     """
+
+
+class PreflightFailed(Exception):
+    """The preflight found a problem that would stop the run (an unreachable endpoint, a missing
+    credential, a spent budget...): raised by `require_preflight` before any provider call."""
 
 
 # --------------------------------------------------------------------------
@@ -264,6 +271,22 @@ def anchors_table(folder: str | os.PathLike[str], study: str, stage: str) -> Tab
     rows += [{"name": name, "lines": None, "head / sha256": sha} for name, sha in sorted(last["manifests"].items())]
     return Table(f"Anchors of study {study} stage {stage}: last anchor ({last['reason']}) of {len(records)}",
                  tuple(rows), note=f"anchors.jsonl: {status.lines} lines, head {status.head}")
+
+
+def require_preflight(summary: RunSummary, *, dry_run: bool) -> None:
+    """Stop a real run (not a dry run) whose preflight found a problem, before any provider call.
+
+    Raises the refusal the run itself would raise (`Refusal`, e.g. `prereg_not_frozen`) when a
+    problem carries one, else `PreflightFailed` naming every problem.
+    """
+    if dry_run or summary.ok:
+        return
+    for p in summary.problems:
+        if p.get("refusal"):
+            raise Refusal(str(p["refusal"]), str(p.get("message")), p.get("path"))
+    said = "; ".join(f"{p.get('check')}: {p.get('message')}" for p in summary.problems) or "no problem named"
+    raise PreflightFailed(f"the preflight of stage {summary.stage} found {len(summary.problems)} problem(s), "
+                          f"nothing was run: {said}")
 
 
 def require_complete(summary: RunSummary) -> None:
