@@ -502,3 +502,11 @@ def test_anchor_outputs_refuses_a_reason_the_audit_would_not_accept(copy: Callab
         anchor_outputs(str(s.stage("A")), "rt", "A", "later", outputs(s, "A"), prereg=s.prereg)
     assert info.value.code == "anchor_reason_invalid"
     assert s.audit().ok
+
+
+def test_the_committed_local_gemma_results_audit_intact() -> None:
+    """The project's first real evidence (results/local-gemma, committed) must stay intact and analysable."""
+    got = run_proctor("audit", "results/local-gemma")
+    assert got.code == 0 and got.out["ok"] is True, got.out.get("problems")
+    assert got.out["study"] == "local-gemma" and got.out["verified"]["receipts"] == 96
+    assert got.out["verified"]["outputs"] >= 12  # the executed notebooks, HTML, tables and figures
