@@ -72,7 +72,8 @@ The rules (a problem's `rule`):
     anchor           an anchor whose line count and head are not a prefix of the log as it is
                      now, or whose manifest sha256 is not the file's
     final_missing    a run ended by an attempt without its final, although its invocation went on
-                     to its end with no harness stop (a failed verifier) or runner error after it
+                     to its end with no harness stop (a failed verifier) or runner error of its
+                     system in that invocation
     incomplete       an invocation that logged `complete: true` while a cell has no standing final
 """
 
@@ -811,7 +812,10 @@ class _Check:
             inv = self.invocation_of(t)
             end = next((at for at, _ in ends if at >= t and self.invocation_of(at) == inv), None)
             system = self.requests[rid].system
-            if end is None or any(t <= at <= end and s in (None, system) for at, s in failed):
+            # a harness stop anywhere in the invocation excuses it: an attempt of another lane may end
+            # after the stop, with the verifier already gone
+            if end is None or any(self.invocation_of(at) == inv and at <= end and s in (None, system)
+                                  for at, s in failed):
                 continue
             self.p("attempts.jsonl", line, "final_missing",
                    f"{rid}: rerun {rerun} ended at {t} without a final though its invocation ended at {end}")
