@@ -63,7 +63,7 @@ from harness.study.notebook import OUTPUT_REASONS
 from harness.study.oracle import Problem
 from harness.study.prereg import FrozenPrereg, check_frozen
 from harness.study.report import check_stage
-from harness.study.results import find_prereg, find_stages, open_study
+from harness.study.results import find_prereg, find_stages, open_study, stage_folders
 from harness.study.run_records import ANCHOR_KIND, LOGS, log_seed
 
 __all__ = ["ANCHOR_REASONS", "Audit", "LogCheck", "StageAudit", "anchor_form", "audit_results"]
@@ -178,15 +178,7 @@ def _looks_like_stage(folder: str) -> bool:
 
 def _discover(root: str) -> list[str]:
     """Folders at `root`, one or two levels below (the first depth with any) holding a plan or a stage's log."""
-    level = [root] if os.path.isdir(root) else []
-    for _ in range(3):
-        found = [f for f in level if _looks_like_stage(f)]
-        if found:
-            return sorted(found)
-        level = sorted(os.path.join(f, n) for f in level for n in os.listdir(f)
-                       if not n.startswith(".") and os.path.isdir(os.path.join(f, n))
-                       and not os.path.islink(os.path.join(f, n)))
-    return []
+    return stage_folders(root, _looks_like_stage)
 
 
 def _locate(path: PathArg, prereg: PathArg | None, root: PathArg | None) -> _Study:

@@ -21,6 +21,7 @@ Refusals: `results_not_found` (no stage folder at that depth), `results_mixed`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.study.attempts import read_plan
 
-__all__ = ["StageRef", "StudyResults", "find_prereg", "find_stages", "open_study"]
+__all__ = ["StageRef", "StudyResults", "find_prereg", "find_stages", "open_study", "stage_folders"]
 
 PathArg = str | os.PathLike[str]
 
@@ -63,6 +64,23 @@ def _stage(folder: str) -> StageRef:
                     plan.sha256, str(plan.header.get("frozen_sha256")))
 
 
+def stage_folders(path: PathArg, is_stage: Callable[[str], bool] | None = None) -> list[str]:
+    """The folders at `path`, one level below it or two levels below it (the first depth with any)
+    for which `is_stage` holds (default: the folder holds `plan.jsonl`), in name order; links and
+    dot-folders are not entered. An empty list when there is none (or `path` is no folder)."""
+    holds = is_stage or (lambda f: os.path.isfile(os.path.join(f, "plan.jsonl")))
+    level = [os.path.abspath(os.fspath(path))]
+    level = [f for f in level if os.path.isdir(f)]
+    for _ in range(3):
+        found = [f for f in level if holds(f)]
+        if found:
+            return sorted(found)
+        level = sorted(os.path.join(f, name) for f in level for name in os.listdir(f)
+                       if not name.startswith(".") and os.path.isdir(os.path.join(f, name))
+                       and not os.path.islink(os.path.join(f, name)))
+    return []
+
+
 def find_stages(path: PathArg) -> list[StageRef]:
     """Every stage folder at `path`, one level below it, or two levels below it (the first depth with any).
 
@@ -73,16 +91,11 @@ def find_stages(path: PathArg) -> list[StageRef]:
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
         raise Refusal("results_not_found", "not a folder", root)
-    level = [root]
-    for _ in range(3):
-        found = [f for f in level if os.path.isfile(os.path.join(f, "plan.jsonl"))]
-        if found:
-            return [_stage(f) for f in sorted(found)]
-        level = sorted(os.path.join(f, name) for f in level for name in os.listdir(f)
-                       if not name.startswith(".") and os.path.isdir(os.path.join(f, name))
-                       and not os.path.islink(os.path.join(f, name)))
-    raise Refusal("results_not_found", "no stage folder (a folder holding plan.jsonl) here, "
-                  "one level below or two levels below", root)
+    found = stage_folders(root)
+    if not found:
+        raise Refusal("results_not_found", "no stage folder (a folder holding plan.jsonl) here, "
+                      "one level below or two levels below", root)
+    return [_stage(f) for f in found]
 
 
 def find_prereg(frozen_sha256: str, root: PathArg) -> str:
