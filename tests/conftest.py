@@ -156,3 +156,19 @@ def sim_server(tmp_path: Path) -> Iterator[SimServer]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+def alive_with(token: str) -> list[int]:
+    """Live (non-zombie) processes on the host whose command line holds `token`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline and stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
+            found.append(int(name))
+    return found

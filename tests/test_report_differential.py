@@ -40,18 +40,16 @@ from typing import Any
 
 import pytest
 from study_fixtures import logs, prereg, sim_servers, system, urls
-from test_run_oracle import Records, strip
+from test_run_oracle import Records, rebuild, rewrite, strip
 
 from harness.errors import Refusal
-from harness.evidence.chain import read_log, seed_hash
+from harness.evidence.chain import read_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.meter.pricing import BUNDLED_PRICING
-from harness.study import anchors as anchors_mod
 from harness.study.attempts import read_plan
 from harness.study.oracle import Problem, run_problems
 from harness.study.prereg import check_frozen
 from harness.study.report import build_report
-from harness.study.run_records import archive_name, log_seed, receipt_name
+from harness.study.run_records import log_seed, receipt_name
 from harness.study.runner import _stage_plan_bytes, run_stage
 
 CHAINED = ("attempts", "finals", "run", "admission", "host", "wire")
@@ -233,86 +231,6 @@ def verdicts(folder: Path, p: Path, fresh: bytes) -> Verdicts:
 
 
 # --------------------------------------------------------------------------
-# Forging: consistent re-chaining, no fsync
-
-
-def chain(seed: str, records: list[dict[str, Any]]) -> list[bytes]:
-    """The chained lines (no newlines) of `records` under `seed`, as a `ChainedLog` writes them."""
-    out: list[bytes] = []
-    prev = seed_hash(seed)
-    for i, r in enumerate(records):
-        body = {**strip(r), "prev": prev, **({"seed": seed} if i == 0 else {})}
-        line = canonical_bytes(body)
-        out.append(line)
-        prev = sha256_hex(line)
-    return out
-
-
-def write_log(folder: Path, name: str, records: list[dict[str, Any]]) -> list[bytes]:
-    lines = chain(log_seed("rt", "A", name), records)
-    (folder / f"{name}.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
-    return lines
-
-
-def reanchor(folder: Path, p: Path) -> None:
-    """Retake every anchor (same times and reasons) over the files as they now are."""
-    old = logs(folder)["anchors"]
-    paths = {n: (str(folder / f"{n}.jsonl"), log_seed("rt", "A", n)) for n in CHAINED}
-    manifests = {"plan.jsonl": str(folder / "plan.jsonl"), "FROZEN.json": str(p / "FROZEN.json"),
-                 "pricing": str(BUNDLED_PRICING)}
-    write_log(folder, "anchors", [anchors_mod.anchor_record(a["at"], a["reason"], paths, manifests) for a in old])
-
-
-def forge(folder: Path, p: Path, edit: Callable[[Records], None], *, anchors: bool = True) -> None:
-    """Apply `edit` to every log's stripped records and re-chain them consistently (see `rebuild`).
-
-    Attempt records carry `_line` (their line before the edit; None for an added one) so
-    run events and finals pointing at them are re-pointed (line and sha256); finals are
-    re-chained in order with their archives rewritten and `replaced` re-hashed; anchors
-    are retaken unless `anchors` is False.
-    """
-    got = logs(folder)
-    recs: Records = {n: [strip(r) for r in got[n]] for n in ("attempts", "finals", "run", "admission", "host")}
-    for i, r in enumerate(recs["attempts"], start=1):
-        r["_line"] = i
-    edit(recs)
-    old_sha = {i: sha256_hex(canonical_bytes(r)) for i, r in enumerate(got["attempts"], start=1)}
-    lines = [r.pop("_line", None) for r in recs["attempts"]]
-    written = write_log(folder, "attempts", recs["attempts"])
-    new_line = {old: new for new, old in enumerate(lines, start=1) if old is not None}
-    new_sha = {old: sha256_hex(b) for old, b in zip(lines, written, strict=True) if old is not None}
-    by_sha = {old_sha[o]: new_sha[o] for o in new_sha}
-    for e in recs["run"]:
-        if e.get("event") == "attempt" and e.get("attempts_line") in new_line:
-            e["attempt_sha256"] = new_sha[e["attempts_line"]]
-            e["attempts_line"] = new_line[e["attempts_line"]]
-    for name in ("run", "admission", "host"):
-        write_log(folder, name, recs[name])
-    shutil.rmtree(folder / "archive", ignore_errors=True)
-    seed = log_seed("rt", "A", "finals")
-    prev, out = seed_hash(seed), []
-    earlier: dict[str, list[bytes]] = {}
-    for f in recs["finals"]:
-        if f.get("attempt_line") in new_line:
-            f["attempt_sha256"] = by_sha.get(f["attempt_sha256"], f["attempt_sha256"])
-            f["attempt_line"] = new_line[f["attempt_line"]]
-        mine = earlier.setdefault(str(f.get("run_id")), [])
-        for entry, raw in zip(f.get("replaced") or [], mine, strict=False):
-            entry["attempt_sha256"] = by_sha.get(entry["attempt_sha256"], entry["attempt_sha256"])
-            path = folder / archive_name(str(f["run_id"]), entry["rerun"])
-            path.parent.mkdir(exist_ok=True)
-            path.write_bytes(raw + b"\n")
-            entry["sha256"] = sha256_hex(raw + b"\n")
-        line = canonical_bytes({**f, "prev": prev, **({"seed": seed} if not out else {})})
-        out.append(line)
-        mine.append(line)
-        prev = sha256_hex(line)
-    (folder / "finals.jsonl").write_bytes(b"".join(line + b"\n" for line in out))
-    if anchors:
-        reanchor(folder, p)
-
-
-# --------------------------------------------------------------------------
 # The columns: planted faults
 
 
@@ -350,7 +268,7 @@ class Cell:
         return self.rng.choice(things)
 
     def forge(self, edit: Callable[[Records], None], *, anchors: bool = True) -> None:
-        forge(self.folder, self.prereg, edit, anchors=anchors)
+        rebuild(self.folder, self.prereg, edit, anchors=anchors)
 
     def standing(self) -> dict[str, dict[str, Any]]:
         last: dict[str, dict[str, Any]] = {}
@@ -866,7 +784,7 @@ def anchor_claims_more_lines(cell: Cell) -> Caught:
     a = cell.pick(anchors)
     name = cell.pick(sorted(a["logs"]))
     a["logs"][name]["lines"] += 1
-    write_log(cell.folder, "anchors", anchors)
+    rewrite(cell.folder, "anchors", anchors)
     return oracle("anchor")
 
 
@@ -969,7 +887,7 @@ def test_both_accept_every_real_run(runs: Callable[[str], tuple[Path, Path]], ru
     last = {f["run_id"]: f for f in logs(folder)["finals"]}
     assert report.summary["standing"] == sum(f["action"] == "stand" for f in last.values())
     # forging with no edit changes nothing either side can see (the forger is faithful)
-    forge(folder, p, lambda recs: None)
+    rebuild(folder, p, lambda recs: None)
     assert_agree(w := verdicts(folder, p, fresh))
     assert not w.refused
 

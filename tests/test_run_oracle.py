@@ -1,7 +1,7 @@
 """The run oracle (`harness.study.oracle.run_problems`): real runs pass it, planted runner faults do not.
 
-Each planted fault is a file mutation of a real run's results, re-chained with
-`ChainedLog` (and every link to a re-chained line re-pointed, archives rewritten,
+Each planted fault is a file mutation of a real run's results, re-chained as
+`ChainedLog` writes (and every link to a re-chained line re-pointed, archives rewritten,
 anchors retaken) so the chains stay valid and only the planted fault is wrong.
 """
 
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from study_fixtures import Sim, logs, prereg, sim_fixture, sim_servers, system, urls  # noqa: F401
 
-from harness.evidence.chain import ChainedLog, seed_hash
+from harness.evidence.chain import seed_hash
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.study import anchors as anchors_mod
 from harness.study.oracle import Problem, run_problems
@@ -34,11 +34,23 @@ def strip(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k not in ("prev", "seed")}
 
 
+def chain(seed: str, records: list[dict[str, Any]]) -> list[bytes]:
+    """The chained lines (no newlines) of `records` under `seed`, as a `ChainedLog` writes them."""
+    out: list[bytes] = []
+    prev = seed_hash(seed)
+    for i, r in enumerate(records):
+        body = {**strip(r), "prev": prev, **({"seed": seed} if i == 0 else {})}
+        line = canonical_bytes(body)
+        out.append(line)
+        prev = sha256_hex(line)
+    return out
+
+
 def rewrite(folder: Path, name: str, records: list[dict[str, Any]]) -> list[bytes]:
-    path = folder / f"{name}.jsonl"
-    path.unlink(missing_ok=True)
-    log = ChainedLog(path, log_seed("rt", "A", name))
-    return [canonical_bytes(log.append(r)) for r in records]
+    """Write `records` as the stage's chained log `name` (the bytes `ChainedLog` writes, without fsync)."""
+    lines = chain(log_seed("rt", "A", name), records)
+    (folder / f"{name}.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
+    return lines
 
 
 def reanchor(folder: Path, prereg_dir: Path) -> None:
@@ -53,12 +65,13 @@ def reanchor(folder: Path, prereg_dir: Path) -> None:
     rewrite(folder, "anchors", [anchors_mod.anchor_record(a["at"], a["reason"], paths, manifests) for a in old])
 
 
-def rebuild(folder: Path, prereg_dir: Path, edit: Callable[[Records], None]) -> None:
-    """Apply `edit` to the stripped records of every log, then re-chain them consistently.
+def rebuild(folder: Path, p: Path, edit: Callable[[Records], None], *, anchors: bool = True) -> None:
+    """Apply `edit` to every log's stripped records and re-chain them consistently.
 
-    Attempt records carry `_line` (their original line) so run events and finals
-    pointing at them are re-pointed (line and sha256); finals are re-chained in order,
-    their archives rewritten and `replaced` re-hashed; anchors are retaken.
+    Attempt records carry `_line` (their line before the edit; None for an added one) so
+    run events and finals pointing at them are re-pointed (line and sha256); finals are
+    re-chained in order with their archives rewritten and `replaced` re-hashed; anchors
+    are retaken unless `anchors` is False.
     """
     got = logs(folder)
     recs: Records = {n: [strip(r) for r in got[n]] for n in ("attempts", "finals", "run", "admission", "host")}
@@ -72,29 +85,33 @@ def rebuild(folder: Path, prereg_dir: Path, edit: Callable[[Records], None]) -> 
     new_sha = {old: sha256_hex(b) for old, b in zip(lines, written, strict=True) if old is not None}
     by_sha = {old_sha[o]: new_sha[o] for o in new_sha}
     for e in recs["run"]:
-        if e["event"] == "attempt" and e["attempts_line"] in new_line:
+        if e.get("event") == "attempt" and e.get("attempts_line") in new_line:
             e["attempt_sha256"] = new_sha[e["attempts_line"]]
             e["attempts_line"] = new_line[e["attempts_line"]]
-    rewrite(folder, "run", recs["run"])
-    rewrite(folder, "admission", recs["admission"])
-    rewrite(folder, "host", recs["host"])
+    for name in ("run", "admission", "host"):
+        rewrite(folder, name, recs[name])
     shutil.rmtree(folder / "archive", ignore_errors=True)
-    (folder / "finals.jsonl").unlink(missing_ok=True)
-    flog = ChainedLog(folder / "finals.jsonl", log_seed("rt", "A", "finals"))
+    seed = log_seed("rt", "A", "finals")
+    prev, out = seed_hash(seed), []
     earlier: dict[str, list[bytes]] = {}
     for f in recs["finals"]:
-        if f["attempt_line"] in new_line:
+        if f.get("attempt_line") in new_line:
             f["attempt_sha256"] = by_sha.get(f["attempt_sha256"], f["attempt_sha256"])
             f["attempt_line"] = new_line[f["attempt_line"]]
-        mine = earlier.setdefault(f["run_id"], [])
-        for entry, raw in zip(f["replaced"], mine, strict=False):
+        mine = earlier.setdefault(str(f.get("run_id")), [])
+        for entry, raw in zip(f.get("replaced") or [], mine, strict=False):
             entry["attempt_sha256"] = by_sha.get(entry["attempt_sha256"], entry["attempt_sha256"])
-            path = folder / archive_name(f["run_id"], entry["rerun"])
+            path = folder / archive_name(str(f["run_id"]), entry["rerun"])
             path.parent.mkdir(exist_ok=True)
             path.write_bytes(raw + b"\n")
             entry["sha256"] = sha256_hex(raw + b"\n")
-        mine.append(canonical_bytes(flog.append(f)))
-    reanchor(folder, prereg_dir)
+        line = canonical_bytes({**f, "prev": prev, **({"seed": seed} if not out else {})})
+        out.append(line)
+        mine.append(line)
+        prev = sha256_hex(line)
+    (folder / "finals.jsonl").write_bytes(b"".join(line + b"\n" for line in out))
+    if anchors:
+        reanchor(folder, p)
 
 
 def rules(problems: list[Problem]) -> set[str]:

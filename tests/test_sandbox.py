@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, SimServer, TaskSetup, run_proctor
+from conftest import REPO, SimServer, TaskSetup, alive_with, run_proctor
 
 from harness.catalog import parse_catalog
 from harness.errors import Refusal
@@ -46,26 +46,11 @@ def inside(code: str, view: View | None = None, given: dict[str, str] | None = N
     return dict(json.loads(done.stdout))
 
 
-def _alive_with(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-            stat = Path(f"/proc/{name}/stat").read_bytes()
-        except OSError:
-            continue
-        if token.encode() in cmdline and stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
-            found.append(int(name))
-    return found
-
-
 def _wait_gone(token: str, within_s: float = 15.0) -> list[int]:
     deadline = time.monotonic() + within_s
-    while _alive_with(token) and time.monotonic() < deadline:
+    while alive_with(token) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return _alive_with(token)
+    return alive_with(token)
 
 
 # --- the options, one by one -------------------------------------------------------------------------
@@ -213,9 +198,9 @@ def test_it_dies_with_its_parent(tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({wrapped.argv!r})"], env=env)
     try:
         deadline = time.monotonic() + 20
-        while not _alive_with(token) and time.monotonic() < deadline:
+        while not alive_with(token) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _alive_with(token), "the sandboxed process did not start"
+        assert alive_with(token), "the sandboxed process did not start"
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert _wait_gone(token) == []
@@ -243,7 +228,7 @@ def test_at_the_deadline_the_whole_sandbox_is_stopped(tmp_path: Path) -> None:
                        sandboxed=True)  # fmt: skip
     assert result.timed_out and result.exit_code != 0
     assert result.detached_pids == ()  # the namespace went with its init: nothing outlived it
-    assert _alive_with(token) == []
+    assert alive_with(token) == []
 
 
 def test_the_record_names_the_exact_options_and_never_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -383,7 +368,7 @@ def test_a_sandboxed_worker_dies_with_its_proctor_and_is_reported_orphaned(task_
             ids = report["running_dispatch_ids"]
             running = [i for i in ids if report["payload_progress"][i].get("stage") == "waiting"]
             time.sleep(0.1)
-        assert running and _alive_with(token), "the sandboxed worker did not start"
+        assert running and alive_with(token), "the sandboxed worker did not start"
         proctor.send_signal(signal.SIGKILL)
         proctor.wait()
         assert _wait_gone(token) == []  # --die-with-parent: no worker outlives its proctor

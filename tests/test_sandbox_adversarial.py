@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, CliResult, SimServer, TaskSetup, run_proctor
+from conftest import REPO, CliResult, SimServer, TaskSetup, alive_with, run_proctor
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sandbox"
 MARKER = "test_casefold_not_just_lower"  # a test name only the wordfreq hidden test holds
@@ -201,22 +201,6 @@ def test_a_worker_opening_network_connections(task_setup: MakeTask, sim_server: 
     assert tcp["ok"] is True and tcp["value"].startswith("HTTP/1."), tcp
 
 
-def _alive_with(token: str) -> list[int]:
-    """Live (non-zombie) processes on the host whose command line holds `token`."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-            stat = Path(f"/proc/{name}/stat").read_bytes()
-        except OSError:
-            continue
-        if token.encode() in cmdline and stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
-            found.append(int(name))
-    return found
-
-
 def test_a_process_trying_to_outlive_the_sandbox_is_killed_with_it(task_setup: MakeTask) -> None:
     ts, state, before = prepared(task_setup)
     token = "token-" + secrets.token_hex(8)
@@ -225,7 +209,7 @@ def test_a_process_trying_to_outlive_the_sandbox_is_killed_with_it(task_setup: M
     found = report_of(res)
     assert found["survivor"] not in (found["pid"], found["sid"])  # forked twice, out of the worker's session
     assert (ts.workspace / "survivor.pid").exists()  # it ran...
-    assert _alive_with(token) == []  # ...and died with the sandbox's pid namespace, before the dispatch ended
+    assert alive_with(token) == []  # ...and died with the sandbox's pid namespace, before the dispatch ended
     assert res.out["detached_pids"] == []  # nothing outlived the sandbox to be found
     assert_intact(state, before)
     status = run_proctor("status", "--workspace", str(ts.workspace)).out
@@ -235,7 +219,7 @@ def test_a_process_trying_to_outlive_the_sandbox_is_killed_with_it(task_setup: M
     (ts.workspace / "survivor.pid").unlink()
     res = dispatch(ts, adversary("survive", token=token), "none")
     assert res.code == EXIT_OK and len(res.out["detached_pids"]) == 1, res.out
-    assert _alive_with(token) == []
+    assert alive_with(token) == []
 
 
 def test_a_link_from_the_workspace_to_the_state_folder(task_setup: MakeTask) -> None:
