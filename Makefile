@@ -22,10 +22,10 @@ $(LOCAL_STAMP): pyproject.toml | $(STAMP)
 	touch $(LOCAL_STAMP)
 
 local-model: $(LOCAL_STAMP)
-	$(BIN)/python -c "from harness.local_model import assemble_model; print('model file:', *assemble_model())"
+	$(BIN)/python -c "from harness.providers.local_model import assemble_model; print('model file:', *assemble_model())"
 
 demo: $(STAMP)
-	$(BIN)/python -m harness.demo
+	$(BIN)/python -m harness.cli.demo
 
 test: $(STAMP)
 	$(BIN)/ruff check harness tests

@@ -1,5 +1,5 @@
 """`python -m harness` is the `proctor` command."""
 
-from harness.cli import main
+from harness.cli.main import main
 
 raise SystemExit(main())

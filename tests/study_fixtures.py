@@ -22,8 +22,8 @@ from conftest import REPO
 from test_design import toml_dumps
 
 from harness.evidence.chain import read_log
-from harness.study.prereg import freeze
-from harness.study.run_records import log_seed
+from harness.prereg.freeze import freeze
+from harness.run.records import log_seed
 
 HUMANEVAL = REPO / "evals" / "humaneval"
 ANSWERS = HUMANEVAL / "private" / "sim_answers.jsonl"

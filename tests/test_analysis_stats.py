@@ -1,4 +1,4 @@
-"""Statistics (harness.analysis.proportions / paired) against statsmodels and by hand."""
+"""Statistics (harness.stats.proportions / paired) against statsmodels and by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from scipy import optimize
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint, tost_proportions_2indep
 
-from harness.analysis.paired import (
+from harness.stats.paired import (
     cluster_robust_se,
     independent_tost,
     mcnemar_exact,
@@ -20,7 +20,7 @@ from harness.analysis.paired import (
     paired_from_counts,
     tango_restricted_p01,
 )
-from harness.analysis.proportions import clopper_pearson_interval, wilson_interval
+from harness.stats.proportions import clopper_pearson_interval, wilson_interval
 
 TOL = 1e-9
 ALPHAS = st.sampled_from([0.01, 0.05, 0.1])

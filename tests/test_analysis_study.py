@@ -28,13 +28,13 @@ from hypothesis import strategies as st
 from study_fixtures import prereg, sim_servers, system, urls
 
 from harness.analysis.breakeven import ORACLE_NOTE
-from harness.analysis.paired import cluster_robust_se, independent_tost, paired_comparison
 from harness.analysis.study import analyze_frame, analyze_study, table_csv, write_tables
 from harness.analysis.tables import ATTEMPT_COLUMNS, TOKEN_COLUMNS, q_table
+from harness.audit.report import build_report
 from harness.errors import Refusal
-from harness.study.design import Design, parse_design
-from harness.study.power import items_needed, minimum_detectable_margin, tost_power
-from harness.study.report import build_report
+from harness.prereg.design import Design, parse_design
+from harness.stats.paired import cluster_robust_se, independent_tost, paired_comparison
+from harness.stats.power import items_needed, minimum_detectable_margin, tost_power
 
 ITEMS, REPEATS = 10, 2
 
@@ -46,7 +46,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]
     with sim_servers(root) as sim:
         url = sim([system("sim-flash", 0.7), system("sim-glm", 0.5)])
         p = prereg(root, items=ITEMS, repeats=REPEATS)
-        from harness.study.runner import run_stage
+        from harness.run.runner import run_stage
 
         summary = run_stage(p, "A", root / "results", base_urls=urls(url))
         assert summary.exit_code == 0

@@ -23,19 +23,19 @@ from conftest import REPO, run_proctor
 from study_fixtures import prereg, sim_servers, system, urls
 from test_run_oracle import Records, rebuild
 
+from harness.audit.oracle import run_problems
 from harness.errors import Refusal
 from harness.evidence.chain import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
-from harness.study.analyze import (
+from harness.notebooks.analyze import (
     analysis_paths,
     analyze_results,
     breakeven_lines,
     frame_table,
     verdict_lines,
 )
-from harness.study.notebook import output_manifest_name
-from harness.study.oracle import run_problems
-from harness.study.run_records import log_seed
+from harness.notebooks.stage import output_manifest_name
+from harness.run.records import log_seed
 
 TABLES = ("breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
 FIGURES = ("forest.png", "forest.svg", "savings.png", "savings.svg")
@@ -47,7 +47,7 @@ def stage_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with sim_servers(root) as sim:
         url = sim([system("sim-flash", 0.8), system("sim-glm", 0.5)])
         p = prereg(root)
-        from harness.study.runner import run_stage
+        from harness.run.runner import run_stage
 
         assert run_stage(p, "A", root / "results", base_urls=urls(url)).exit_code == 0
     yield root

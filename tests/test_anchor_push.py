@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from harness.evidence.chain import ChainedLog
-from harness.study.anchor_push import push_snapshot, take_snapshot
+from harness.run.anchor_push import push_snapshot, take_snapshot
 
 
 def _git(*args: str, cwd: Path) -> str:

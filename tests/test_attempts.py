@@ -26,7 +26,7 @@ from harness.meter.pricing import Price
 from harness.meter.usage import TokenUsage
 from harness.providers.base import ERROR_CODES, Exchange, GenerationSettings, ParsedResponse
 from harness.providers.registry import adapter_for
-from harness.study.attempts import (
+from harness.run.attempts import (
     ATTEMPT_ERROR_CODES,
     HARNESS_ERROR_CODES,
     Plan,

@@ -1,4 +1,4 @@
-"""The audit (`proctor audit`, `harness.study.audit`): an intact study passes; every flipped byte is a break.
+"""The audit (`proctor audit`, `harness.audit.audit`): an intact study passes; every flipped byte is a break.
 
 Two real studies run on the simulator once per module (tests/study_fixtures.py `prereg`, three items):
 `witnessed` registers `run.anchor_remote` (a bare git repository beside the preregistration) and runs
@@ -34,14 +34,14 @@ from conftest import run_proctor
 from study_fixtures import Sim, prereg, sim_servers, system, urls
 from test_run_oracle import Records, rebuild
 
+from harness.audit.audit import ANCHOR_REASONS, Audit, anchor_form, audit_results
 from harness.errors import Refusal
 from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
-from harness.study.audit import ANCHOR_REASONS, Audit, anchor_form, audit_results
-from harness.study.notebook import anchor_outputs, output_manifest_name
-from harness.study.prereg import amend
-from harness.study.run_records import log_seed
-from harness.study.runner import run_stage
+from harness.notebooks.stage import anchor_outputs, output_manifest_name
+from harness.prereg.freeze import amend
+from harness.run.records import log_seed
+from harness.run.runner import run_stage
 
 TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null')
 

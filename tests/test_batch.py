@@ -23,8 +23,8 @@ from study_fixtures import prereg
 from harness.errors import Refusal
 from harness.evidence.chain import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
-from harness.study.batch import load_batch, run_batch
-from harness.study.run_records import log_seed
+from harness.notebooks.batch import load_batch, run_batch
+from harness.run.records import log_seed
 
 
 def echo_notebook(path: Path) -> Path:

@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 from conftest import TaskSetup, run_proctor
 
-from harness.catalog import (
+from harness.errors import Refusal
+from harness.gate.task import LANES as TASK_LANES
+from harness.meter.pricing import load_pricing
+from harness.providers.catalog import (
     BUNDLED_CATALOG,
     EXAMPLE_CATALOG,
     LANES,
@@ -22,9 +25,6 @@ from harness.catalog import (
     parse_catalog,
     resolve_model,
 )
-from harness.errors import Refusal
-from harness.meter.pricing import load_pricing
-from harness.proctor.task import LANES as TASK_LANES
 
 SECRET = "sk-planted-7d41c9e0-do-not-print"
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from conftest import REPO, TaskSetup, git_repo, run_proctor
 
-from harness import __version__
+from harness._version import __version__
 
 COMMANDS = ("lane", "init", "dispatch", "verify", "accept", "status", "journal", "ledger")
 HEAVY = ("polars", "papermill", "httpx", "numpy", "rich")

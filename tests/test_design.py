@@ -18,7 +18,7 @@ import pytest
 from conftest import run_proctor
 
 from harness.errors import Refusal
-from harness.study.design import load_design
+from harness.prereg.design import load_design
 
 # --------------------------------------------------------------------------
 # A tiny valid preregistration

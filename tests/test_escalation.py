@@ -19,7 +19,7 @@ from conftest import TaskSetup, git_repo, run_proctor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.proctor.escalation import (
+from harness.gate.escalation import (
     LATERAL,
     STAGNATION_RUN,
     escalation_state,

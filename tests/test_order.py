@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.study.order import draw, permutation, unit
+from harness.prereg.order import draw, permutation, unit
 
 REPO = Path(__file__).resolve().parent.parent
 ids = st.lists(st.text(min_size=1, max_size=12), max_size=30, unique=True)
@@ -134,7 +134,7 @@ def test_draw_refuses_more_than_there_is_and_repeated_ids() -> None:
 
 def test_no_random_module_in_the_plan_or_order_code() -> None:
     for name in ("order.py", "plan.py"):
-        tree = ast.parse((REPO / "harness" / "study" / name).read_text(encoding="utf-8"))
+        tree = ast.parse((REPO / "harness" / "prereg" / name).read_text(encoding="utf-8"))
         imported = {
             alias.name.split(".")[0]
             for node in ast.walk(tree)

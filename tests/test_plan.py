@@ -2,7 +2,7 @@
 
 Every fixture is built under tmp_path: a tiny suite (12 items with a sealed
 private part holding marked canonical solutions) and a preregistration naming
-the bundled simulator's catalog ids, frozen with `harness.study.prereg.freeze`.
+the bundled simulator's catalog ids, frozen with `harness.prereg.freeze.freeze`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 from conftest import REPO, run_proctor
 
-from harness.catalog import BUNDLED_CATALOG
 from harness.errors import Refusal
+from harness.prereg import freeze as prereg
+from harness.prereg import plan as plan_module
+from harness.prereg.order import draw, permutation
+from harness.prereg.plan import SCOPES, PlanCell, apply_template, plan_study, run_id, write_plan
 from harness.providers.base import GenerationSettings, ProviderRequest
+from harness.providers.catalog import BUNDLED_CATALOG
 from harness.providers.common import make_request
-from harness.study import plan as plan_module
-from harness.study import prereg
-from harness.study.attempts import read_plan
-from harness.study.order import draw, permutation
-from harness.study.plan import SCOPES, PlanCell, apply_template, plan_study, run_id, write_plan
+from harness.run.attempts import read_plan
 
 SEED = 20261130
 SYSTEMS = (  # slot, provider, model, setting, pricing key

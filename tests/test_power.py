@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.study.power import (
+from harness.stats.power import (
     correlation_bounds,
     difference_variance,
     items_needed,

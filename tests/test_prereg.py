@@ -24,8 +24,8 @@ from test_design import base_design, manifest, write_prereg
 from harness.errors import Refusal
 from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.jsonio import canonical_line
-from harness.study import prereg
-from harness.study.prereg import amend, amendments_seed, check_frozen, check_prereg, freeze
+from harness.prereg import freeze as prereg
+from harness.prereg.freeze import amend, amendments_seed, check_frozen, check_prereg, freeze
 
 CATALOG = b"""
 [[model]]

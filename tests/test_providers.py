@@ -190,7 +190,7 @@ def test_bad_model_url_and_shape_are_refused() -> None:
 
 
 def test_adapters_do_not_import_httpx() -> None:
-    code = "import sys, harness.cli, harness.providers.registry; sys.exit('httpx' in sys.modules)"
+    code = "import sys, harness.cli.main, harness.providers.registry; sys.exit('httpx' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, check=False).returncode == 0
 
 

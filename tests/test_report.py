@@ -1,4 +1,4 @@
-"""The report (`harness.study.report.build_report`, `proctor report`): real runs score, planted faults refuse.
+"""The report (`harness.audit.report.build_report`, `proctor report`): real runs score, planted faults refuse.
 
 One module-scoped pair of real runs against the simulator (a clean one, and one
 with provider errors so cells rerun and finals are archived); each test works on
@@ -23,12 +23,12 @@ from study_fixtures import logs, prereg, sim_servers, system, urls
 from test_run_oracle import Records, rebuild
 
 from harness.analysis.tables import ATTEMPT_COLUMNS, q_table, validate_attempts
+from harness.audit.oracle import run_problems
+from harness.audit.report import build_report
 from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
-from harness.study.oracle import run_problems
-from harness.study.prereg import check_frozen
-from harness.study.report import build_report
-from harness.study.runner import _stage_plan_bytes
+from harness.prereg.freeze import check_frozen
+from harness.run.runner import _stage_plan_bytes
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[P
             base = root / name
             base.mkdir()
             p = prereg(base)
-            from harness.study.runner import run_stage
+            from harness.run.runner import run_stage
 
             run_stage(p, "A", base / "results", base_urls=urls(url))
             out[name] = (p, base / "results" / "rt" / "A")

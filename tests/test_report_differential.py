@@ -42,15 +42,15 @@ import pytest
 from study_fixtures import logs, prereg, sim_servers, system, urls
 from test_run_oracle import Records, rebuild, rewrite, strip
 
+from harness.audit.oracle import Problem, run_problems
+from harness.audit.report import build_report
 from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.study.attempts import read_plan
-from harness.study.oracle import Problem, run_problems
-from harness.study.prereg import check_frozen
-from harness.study.report import build_report
-from harness.study.run_records import log_seed, receipt_name
-from harness.study.runner import _stage_plan_bytes, run_stage
+from harness.prereg.freeze import check_frozen
+from harness.run.attempts import read_plan
+from harness.run.records import log_seed, receipt_name
+from harness.run.runner import _stage_plan_bytes, run_stage
 
 CHAINED = ("attempts", "finals", "run", "admission", "host", "wire")
 SEEDS = (0, 1)  # each line-choosing fault is planted at two places per run

@@ -1,4 +1,4 @@
-"""A results folder as one study (`harness.study.results`): discovery at three depths, the
+"""A results folder as one study (`harness.audit.results`): discovery at three depths, the
 preregistration found by its freeze's sha256, and the refusals for folders that are not one study."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from study_fixtures import prereg
 
+from harness.audit.results import find_prereg, find_stages, open_study, stage_folders
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
-from harness.study.prereg import check_frozen
-from harness.study.results import find_prereg, find_stages, open_study, stage_folders
-from harness.study.runner import _stage_plan_bytes
+from harness.prereg.freeze import check_frozen
+from harness.run.runner import _stage_plan_bytes
 
 
 def _stage(results: Path, prereg_dir: Path, stage: str = "A", *, study: str = "rt") -> Path:

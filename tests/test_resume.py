@@ -19,12 +19,12 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_attempts import delivered, failed, plan_records, write_plan, write_records
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.errors import Refusal
 from harness.evidence.chain import ChainedLog, verify_log
 from harness.evidence.jsonio import canonical_bytes, canonical_line, loads_strict, sha256_hex
-from harness.study.attempts import Plan
-from harness.study.resume import (
+from harness.run.attempts import Plan
+from harness.run.resume import (
     ERROR_CLASSES,
     TRANSPORT_CODES,
     RunState,
@@ -103,7 +103,7 @@ def test_a_non_retryable_error_is_final_with_its_class(plan: Plan, code: str, cl
 
 
 def test_every_error_code_has_a_class() -> None:
-    from harness.study.attempts import ATTEMPT_ERROR_CODES
+    from harness.run.attempts import ATTEMPT_ERROR_CODES
 
     assert set(ERROR_CLASSES) == set(ATTEMPT_ERROR_CODES)
     assert {ERROR_CLASSES[c] for c in TRANSPORT_CODES} == {"provider"}

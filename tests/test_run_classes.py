@@ -18,7 +18,7 @@ from conftest import REPO
 from study_fixtures import Sim, logs, prereg, sim_fixture, system  # noqa: F401
 from test_run_crash import run_argv, runner_env
 
-from harness.study.oracle import run_problems
+from harness.audit.oracle import run_problems
 
 
 def proctor_run(p: Path, results: Path, url: str, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -29,7 +29,7 @@ def proctor_run(p: Path, results: Path, url: str, *extra: str) -> tuple[int, dic
 
 def patched_run(code: str, p: Path, results: Path, url: str) -> tuple[int, dict[str, Any]]:
     """`proctor run` in a subprocess after `code` has monkeypatched the runner."""
-    prog = code + "\nfrom harness.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    prog = code + "\nfrom harness.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
     argv = [sys.executable, "-c", prog, *run_argv(p, results)[3:]]
     done = subprocess.run(argv, cwd=REPO, env=runner_env(url), capture_output=True, timeout=120)
     assert done.stdout, done.stderr
@@ -110,7 +110,7 @@ def test_inconclusive_failures_in_more_than_five_items_stop_the_system(tmp_path:
 _VERIFIER_DOWN = """
 import sys
 from harness.evals.verify_humaneval import VerifierUnavailable
-from harness.study import runner
+from harness.run import runner
 
 original = runner._Engine.verify
 
@@ -139,7 +139,7 @@ def test_a_harness_error_stops_the_system(tmp_path: Path, sim: Sim) -> None:
 
 _SAMPLER_DOWN = """
 import sys
-from harness.study import host
+from harness.run import host
 
 original = host.host_sample
 

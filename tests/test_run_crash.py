@@ -27,8 +27,8 @@ from typing import Any
 from conftest import REPO
 from study_fixtures import Sim, logs, prereg, sim_fixture, system  # noqa: F401
 
-from harness.study.oracle import Problem, run_problems
-from harness.study.run_records import cost_for_spend
+from harness.audit.oracle import Problem, run_problems
+from harness.run.records import cost_for_spend
 
 
 def runner_env(url: str) -> dict[str, str]:

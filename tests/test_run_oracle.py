@@ -1,4 +1,4 @@
-"""The run oracle (`harness.study.oracle.run_problems`): real runs pass it, planted runner faults do not.
+"""The run oracle (`harness.audit.oracle.run_problems`): real runs pass it, planted runner faults do not.
 
 Each planted fault is a file mutation of a real run's results, re-chained as
 `ChainedLog` writes (and every link to a re-chained line re-pointed, archives rewritten,
@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from study_fixtures import Sim, logs, prereg, sim_fixture, sim_servers, system, urls  # noqa: F401
 
+from harness.audit.oracle import Problem, run_problems
 from harness.evidence.chain import seed_hash
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.study import anchors as anchors_mod
-from harness.study.oracle import Problem, run_problems
-from harness.study.run_records import archive_name, ceiling_total, log_seed
-from harness.study.runner import run_stage
+from harness.run import anchors as anchors_mod
+from harness.run.records import archive_name, ceiling_total, log_seed
+from harness.run.runner import run_stage
 
 Records = dict[str, list[dict[str, Any]]]
 

@@ -21,9 +21,9 @@ from conftest import REPO
 from study_fixtures import Sim, logs, prereg, sim_fixture, system  # noqa: F401
 from test_run_crash import run_argv, runner_env
 
+from harness.audit.oracle import run_problems
 from harness.evidence.chain import ChainedLog, verify_log
-from harness.study.oracle import run_problems
-from harness.study.run_records import log_seed
+from harness.run.records import log_seed
 
 
 def wait_for_lines(folder: Path, proc: subprocess.Popen[bytes], n: int, log: str = "attempts",
@@ -121,7 +121,7 @@ def test_a_second_invocation_while_the_first_holds_the_lock_is_refused(tmp_path:
 
 _SIGNAL_AT_END = """
 import os, signal, sys
-from harness.study import runner
+from harness.run import runner
 
 original = runner._Engine.sample
 
@@ -132,7 +132,7 @@ def sample(self, reason):
     return original(self, reason)
 
 runner._Engine.sample = sample
-from harness.cli import main
+from harness.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -1,4 +1,4 @@
-"""The interleaved study runner (`harness.study.runner.run_stage`) against the real simulator.
+"""The interleaved study runner (`harness.run.runner.run_stage`) against the real simulator.
 
 A tiny frozen preregistration (6 HumanEval items, systems at skill 1.0 and 0.0)
 runs against `proctor sim serve` started with the HumanEval answers file, so a
@@ -20,7 +20,7 @@ from study_fixtures import Sim, logs, prereg, sim_fixture, system, urls  # noqa:
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
-from harness.study.runner import run_stage
+from harness.run.runner import run_stage
 
 
 def test_a_clean_run_stands_every_cell_with_verified_receipts(tmp_path: Path, sim: Sim) -> None:

@@ -25,11 +25,11 @@ import httpx
 import pytest
 from conftest import REPO, SimServer, TaskSetup, alive_with, run_proctor
 
-from harness.catalog import parse_catalog
 from harness.errors import Refusal
 from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
 from harness.evidence.chain import read_log
 from harness.meter.proxy import start_proxy
+from harness.providers.catalog import parse_catalog
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, resolve_sandbox, sandbox_env
 

@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO, TASKS, run_proctor
 
 from harness.errors import Refusal
+from harness.providers.edit_format import parse_files
 from harness.providers.sim import (
     BUNDLED_SYSTEMS,
     build_service,
@@ -40,7 +41,6 @@ from harness.providers.sim_model import (
     text_tokens,
     uniform,
 )
-from harness.workers.edit_format import parse_files
 
 
 def system(skill: float = 0.5, **kw: Any) -> SimSystem:

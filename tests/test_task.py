@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import Refusal
-from harness.proctor.lanes import PRODUCTION_ENTRYPOINTS, choose_lane, production_entrypoints
-from harness.proctor.task import FEATURES, LANES, Task, load_task, parse_task
+from harness.gate.lanes import PRODUCTION_ENTRYPOINTS, choose_lane, production_entrypoints
+from harness.gate.task import FEATURES, LANES, Task, load_task, parse_task
 
 PATH = "/tasks/demo/task.json"
 SHA = "0" * 64

@@ -1,8 +1,8 @@
 """A study's analysis: every table the analysis notebook shows, from validated results only.
 
 `analyze_study(results)` finds the study's stage folders and its preregistration
-(`harness.study.results.open_study`), validates and scores each stage with
-`harness.study.report.build_report` (any refusal propagates unchanged: nothing is
+(`harness.audit.results.open_study`), validates and scores each stage with
+`harness.audit.report.build_report` (any refusal propagates unchanged: nothing is
 analysed from results that do not validate), then computes the tables with
 `analyze_frame`, a pure function of the scored-attempts frame and the registered
 design. Per-row work stays in polars (joins and group_bys); Python runs once per
@@ -15,7 +15,7 @@ The tables (`StudyAnalysis.tables()`, in display order):
     comparisons  one row per (stage, registered comparison). Paired (`paired_tost`): the
                  standing cells of a and b paired on (item, repeat), then the 2x2 counts and,
                  with repeats and `clustering = "item"`, the item-clustered SE, into
-                 `harness.analysis.paired.paired_from_counts` (what `paired_comparison`
+                 `harness.stats.paired.paired_from_counts` (what `paired_comparison`
                  computes, from counts); the verdict is the Tango score TOST's (`method`).
                  Independent (`independent_tost`): `independent_tost` on each system's standing
                  cells (`method` "wald_independent"). A comparison a stage cannot make (a system
@@ -26,7 +26,7 @@ The tables (`StudyAnalysis.tables()`, in display order):
                  with the hidden test as the gate (exact; the `note` says so). A cascade that
                  cannot be composed (unknown costs, no paired cells) is a row with a `note`.
     sensitivity  `sensitivity_grid` of every composed cascade, with stage, arm, cheap, strong
-    power        one row per (stage, registered comparison): `harness.study.power` at the
+    power        one row per (stage, registered comparison): `harness.stats.power` at the
                  stage's registered items (distinct items when repeats are clustered by item,
                  items x repeats when `clustering = "none"`), the items needed for the
                  registered power, the minimum detectable margin; infeasible inputs give nulls
@@ -55,25 +55,25 @@ from typing import Any, Final
 import polars as pl
 
 from harness.analysis.breakeven import break_even, sensitivity_grid
-from harness.analysis.paired import independent_tost, paired_from_counts
 from harness.analysis.tables import q_table, validate_attempts
+from harness.audit.report import build_report
+from harness.audit.results import StudyResults, open_study
 from harness.errors import Refusal
 from harness.evidence.chain import verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.study.design import Comparison, Design, Stage
-from harness.study.plan import FULL_STAGE, MATRIX_STAGE
-from harness.study.power import items_needed, minimum_detectable_margin, tost_power
-from harness.study.prereg import (
+from harness.prereg.design import Comparison, Design, Stage
+from harness.prereg.freeze import (
     AMENDMENTS_NAME,
     FROZEN_NAME,
     FrozenPrereg,
     amendments_seed,
     check_frozen,
 )
-from harness.study.report import build_report
-from harness.study.results import StudyResults, open_study
-from harness.study.run_records import LOGS, log_seed
+from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
+from harness.run.records import LOGS, log_seed
+from harness.stats.paired import independent_tost, paired_from_counts
+from harness.stats.power import items_needed, minimum_detectable_margin, tost_power
 
 __all__ = [
     "BREAKEVEN_SCHEMA",
@@ -240,7 +240,7 @@ def _paired_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict[str,
     n11, b10, b01, n_items = (int(counts[k]) for k in ("n11", "b10", "b01", "n_items"))
     cluster_se: float | None = None
     if design.clustering == "item" and n_items < n:
-        # CR0 clustered by item, as harness.analysis.paired.cluster_robust_se: se^2 = sum_j (S_j - k_j d)^2 / n^2
+        # CR0 clustered by item, as harness.stats.paired.cluster_robust_se: se^2 = sum_j (S_j - k_j d)^2 / n^2
         # with d = D/n, D = b10 - b01. Expanded, n^4 se^2 = n^2 sum S_j^2 - 2 n D sum S_j k_j + D^2 sum k_j^2:
         # three integer sums, so the result is exact and does not depend on the order groups come out in.
         per_item = pairs.group_by("item").agg((x_a.cast(_I) - x_b.cast(_I)).sum().alias("s"), pl.len().alias("k"))
@@ -478,7 +478,7 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
     """Validate every stage of a study's results, then compute every table (see the module docstring).
 
     Args:
-        results: RESULTS, RESULTS/<study> or a stage folder (`harness.study.results.open_study`).
+        results: RESULTS, RESULTS/<study> or a stage folder (`harness.audit.results.open_study`).
         prereg: the preregistration folder; default: the one whose FROZEN.json the plans name.
         root: the repository root searched for `prereg/*/` (default: found from the cwd).
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from harness.analysis.proportions import clopper_pearson_interval, wilson_interval
+from harness.stats.proportions import clopper_pearson_interval, wilson_interval
 
 __all__ = ["ATTEMPT_COLUMNS", "GROUP_KEYS", "TOKEN_COLUMNS", "q_table", "validate_attempts"]
 
@@ -88,7 +88,7 @@ def q_table(frame: pl.DataFrame, *, alpha: float = 0.05) -> pl.DataFrame:
 
     Columns, besides the keys: `n` attempts, `passes` (hidden test passed),
     `pass_rate`, `wilson_low/high` and `cp_low/high` (two-sided 1-alpha intervals from
-    `harness.analysis.proportions`), `cost_usd` (the total; null when any attempt's
+    `harness.stats.proportions`), `cost_usd` (the total; null when any attempt's
     cost is unknown), `cost_unknown` (attempts with unknown cost), `cost_known_usd`
     (the sum over known costs), `cost_per_pass_usd` (total cost / passes; null when
     the total is unknown or there are no passes), `latency_median_s`,

@@ -25,7 +25,7 @@ from harness.errors import Refusal
 from harness.evals.write import write_suite
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import tree_signature
-from harness.proctor.task import load_task
+from harness.gate.task import load_task
 
 __all__ = ["build_tasks"]
 

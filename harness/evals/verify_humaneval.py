@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Final, Literal
 
-from harness import __version__
+from harness._version import __version__
 from harness.errors import Refusal
 from harness.evals.verify_worker import DETAIL_LIMIT, PROTOCOL
 from harness.evidence.clock import utc_iso

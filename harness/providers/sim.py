@@ -44,6 +44,7 @@ from typing import Any, Final
 from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_line, loads_strict, read_bytes, read_json
+from harness.providers.edit_format import render_files
 from harness.providers.sim_model import (
     GENERIC_ANSWER,
     Item,
@@ -54,7 +55,6 @@ from harness.providers.sim_model import (
     merge_items,
     parse_systems,
 )
-from harness.workers.edit_format import render_files
 
 __all__ = [
     "BUNDLED_SYSTEMS",

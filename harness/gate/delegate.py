@@ -1,0 +1,263 @@
+"""`proctor delegate`: consult a model (or a command) once, outside the gated path.
+
+Read-only by default: the workspace is scanned and copied (every entry but
+the top-level `.git`, nothing excluded) into a private temporary folder
+before the worker runs; when the worker has changed anything and `--write`
+was not given, every added entry is removed and every changed or removed one
+is put back from the copy (files with their bytes and mode, links with their
+target, folders), and the tree signature must then equal the one before
+(`restore_incomplete` otherwise). The worker's changes to `.git` are not
+undone. With `--write` the changes stay and are reported.
+
+Refusals: a delegate from inside a worker (`PROCTOR_CHILD=1`) with a model or
+with `--write` (`nested_call_refused`): a read-only consult by command is the
+only thing a worker may delegate. A task text naming a production entrypoint
+(`harness.gate.lanes.PRODUCTION_ENTRYPOINTS`, dotted or slashed) is
+refused in model mode (`production_task_in_model_mode`).
+
+The worker gets `PROCTOR_CHILD=1`, `PROCTOR_DELEGATE=1`, `PROCTOR_PROMPT_FILE`
+(the task text, outside the workspace) and, in model mode, `PROCTOR_MODEL`,
+`PROCTOR_CATALOG` and the model's base URL variables. A worker that prints a
+line `SESSION: <id>` names a session that `--resume-from` can continue.
+
+It runs in a sandbox like a dispatched worker (`--sandbox`, default bwrap;
+`harness.gate.dispatch`): the workspace read-write, the prompt at
+`/run/proctor/prompt.md`, absolute paths of its argv read-only, no network.
+In model mode a worker whose catalog `network` is `proxy` then reaches its
+model only through a metering proxy's Unix socket (`PROCTOR_PROXY_SOCKET`);
+the exchanges are counted in the result (`proxy`), not kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from harness.errors import Refusal
+from harness.evidence.jsonio import read_bytes
+from harness.evidence.layout import lay_entry, real_parents, remove_entry
+from harness.evidence.tree import TreeEntry, diff_trees, display_path, scan_tree, signature_of
+from harness.gate.dispatch import metering_proxy, socket_base_url
+from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
+from harness.gate.state import NESTED_ENV
+from harness.providers.catalog import load_catalog, resolve_model, worker_env
+from harness.workers.process import run_group
+from harness.workers.sandbox import (
+    IN_SANDBOX,
+    PROXY_SOCKET_ENV,
+    View,
+    find_program,
+    named_paths,
+    resolve_sandbox,
+    sandbox_env,
+)
+
+__all__ = ["DELEGATE_TIMEOUT_S", "delegate", "named_entrypoints", "restore_tree"]
+
+DELEGATE_TIMEOUT_S = 600.0
+OUTPUT_LIMIT = 64 * 1024
+"""Bytes of the worker's output returned (its tail when longer)."""
+_SESSION = re.compile(r"^SESSION:\s*(\S+)\s*$", re.MULTILINE)
+
+
+def named_entrypoints(text: str) -> list[str]:
+    """The production entrypoints named in `text`, dotted or slashed."""
+    found = []
+    for name in PRODUCTION_ENTRYPOINTS:
+        forms = {name} if name.endswith(".ps1") else {name, name.replace(".", "/")}
+        if any(form in text for form in forms):
+            found.append(name)
+    return found
+
+
+def _snapshot(root: str, entries: Mapping[bytes, TreeEntry], dest: str) -> dict[bytes, int]:
+    """Copy every file of `entries` into `dest` (flat, by index); returns each file's full mode."""
+    modes: dict[bytes, int] = {}
+    for index, (rel, entry) in enumerate(sorted(entries.items())):
+        if entry.kind != "file":
+            continue
+        source = os.path.join(root, os.fsdecode(rel))
+        data = read_bytes(source)
+        if len(data) != entry.size:
+            raise Refusal("tree_changed_during_scan", "a file changed while delegate copied it", source)
+        with open(os.path.join(dest, str(index)), "wb") as fh:
+            fh.write(data)
+        modes[rel] = stat.S_IMODE(os.lstat(source).st_mode)
+    return modes
+
+
+def restore_tree(
+    root: str,
+    before: Mapping[bytes, TreeEntry],
+    after: Mapping[bytes, TreeEntry],
+    copy: str,
+    modes: Mapping[bytes, int],
+) -> list[str]:
+    """Put `root` back to `before` from the snapshot `copy`; returns the restored paths."""
+    base = os.fsencode(root)
+    index = {rel: i for i, rel in enumerate(sorted(before))}
+    diff = diff_trees(before, after)
+    for rel in sorted(diff.added, reverse=True):  # children first; a removed folder takes its children
+        target = os.path.join(base, rel)
+        if os.path.lexists(target) and rel not in before:
+            remove_entry(target)
+    for rel in sorted({*diff.removed, *diff.changed}):  # parents first
+        entry = before[rel]
+        target = os.path.join(base, rel)
+        real_parents(base, rel)
+        if entry.kind == "dir":
+            if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+                remove_entry(target)
+            if not os.path.lexists(target):
+                os.mkdir(target)
+            continue
+        remove_entry(target)
+        data = read_bytes(os.path.join(copy, str(index[rel]))) if entry.kind == "file" else None
+        lay_entry(target, entry, data, modes.get(rel))
+    return [display_path(p) for p in sorted({*diff.added, *diff.removed, *diff.changed})]
+
+
+def _output(path: str) -> tuple[str, bool]:
+    data = read_bytes(path)
+    if len(data) > OUTPUT_LIMIT:
+        return data[-OUTPUT_LIMIT:].decode("utf-8", "replace"), True
+    return data.decode("utf-8", "replace"), False
+
+
+def delegate(
+    workspace: str,
+    task_text: str,
+    *,
+    model: str | None = None,
+    command: Sequence[str] | None = None,
+    write: bool = False,
+    resume_from: str | None = None,
+    catalog_path: str | None = None,
+    timeout_s: float = DELEGATE_TIMEOUT_S,
+    sandbox: str | None = None,
+) -> dict[str, Any]:
+    """Run the model's worker (or `command`) once in `workspace`; restore the workspace unless `write`.
+
+    `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
+    """
+    if os.environ.get(NESTED_ENV) == "1" and (model is not None or write):
+        raise Refusal(
+            "nested_call_refused",
+            f"delegate {'--model' if model is not None else '--write'} from inside a worker ({NESTED_ENV}=1) is refused",
+        )
+    if (model is None) == (not command):
+        raise Refusal("worker_choice_conflict", "give exactly one of --model ID or --command -- ARGV")
+    if not (0 < timeout_s < float("inf")):
+        raise Refusal("timeout_invalid", "--timeout must be a positive number of seconds")
+    if not task_text.strip():
+        raise Refusal("delegate_task_empty", "the task text is empty")
+    if model is not None:
+        named = named_entrypoints(task_text)
+        if named:
+            raise Refusal(
+                "production_task_in_model_mode",
+                f"the task names production entrypoints ({', '.join(named)}): use the gated path "
+                "(proctor init/dispatch/verify/accept), not a model delegate",
+                entrypoints=named,
+            )
+    if resume_from is not None and model is None:
+        raise Refusal("resume_unsupported", "--resume-from needs --model (the catalog's resume template)")
+    root = os.path.realpath(workspace)
+    if not os.path.isdir(root):
+        raise Refusal("workspace_missing", "no such folder", root)
+    box = resolve_sandbox(sandbox)
+    sandboxed = box.kind == "bwrap"
+    catalog = load_catalog(catalog_path) if model is not None else None
+    chosen = resolve_model(catalog, model) if catalog is not None and model is not None else None
+    if chosen is not None and chosen.worker is None:
+        raise Refusal("model_has_no_worker", f"{chosen.id!r} has no [model.worker] argv in the catalog", catalog_path)
+    before = scan_tree(root, excludes=())
+    private = tempfile.mkdtemp(prefix="proctor-delegate-")
+    try:
+        copy = os.path.join(private, "copy")
+        os.mkdir(copy, 0o700)
+        modes = _snapshot(root, before, copy)
+        prompt_file = os.path.join(private, "prompt.md")
+        with open(prompt_file, "w", encoding="utf-8") as fh:
+            fh.write(task_text)
+        seen_prompt = os.path.join(IN_SANDBOX, "prompt.md") if sandboxed else prompt_file
+        given = {NESTED_ENV: "1", "PROCTOR_DELEGATE": "1", "PROCTOR_PROMPT_FILE": seen_prompt}
+        placed = [(prompt_file, os.path.join(IN_SANDBOX, "prompt.md"))]
+        readable: tuple[str, ...] = ()
+        proxied: AbstractContextManager[dict[str, Any]] = nullcontext({})
+        if chosen is not None and catalog is not None:
+            assert chosen.worker is not None
+            argv = chosen.worker.render(
+                model=chosen.id, workspace=root, prompt_file=seen_prompt, python=sys.executable, session=resume_from
+            )
+            readable = (catalog.path,)
+            if sandboxed and chosen.worker.needs_proxy:
+                wire = os.path.join(private, "wire.jsonl")
+                proxied = metering_proxy(chosen.effective_base_url(), wire, "delegate", unix=True)
+        else:
+            argv = list(command or ())
+        output_path = os.path.join(private, "output.log")
+        with proxied as metering:
+            if chosen is not None and catalog is not None:
+                if metering.get("socket"):
+                    given.update(worker_env(chosen, catalog, socket_base_url(metering["base_url"])))
+                    given[PROXY_SOCKET_ENV] = os.path.join(IN_SANDBOX, "proxy", "proxy.sock")
+                    placed.append((os.path.dirname(metering["socket"]), os.path.join(IN_SANDBOX, "proxy")))
+                else:
+                    given.update(worker_env(chosen, catalog, chosen.effective_base_url()))
+                if sandboxed and chosen.credential_env and os.environ.get(chosen.credential_env):
+                    given[chosen.credential_env] = os.environ[chosen.credential_env]
+            env = sandbox_env(os.environ, given, sandboxed=sandboxed)
+            program = find_program(argv[0], root, env)
+            view = View(cwd=root, writable=(root,), readable=named_paths(argv, program) + readable,
+                        placed=tuple(placed), withheld=(private,))  # fmt: skip
+            wrapped = box.wrap(argv, view, env)
+            try:
+                if sandboxed and program is None:
+                    raise FileNotFoundError(2, "No such file or directory", argv[0])
+                result = run_group(wrapped.argv, cwd=root, env=env, timeout_s=timeout_s, output_path=output_path,
+                                   sandboxed=wrapped.sandboxed)  # fmt: skip
+            except OSError as exc:
+                raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+        after = scan_tree(root, excludes=())
+        diff = diff_trees(before, after)
+        restored: list[str] = []
+        if not write and not diff.empty:
+            try:
+                restored = restore_tree(root, before, after, copy, modes)
+            except OSError as exc:
+                raise Refusal("restore_incomplete", f"the workspace could not be restored: {exc}", root) from None
+            back = scan_tree(root, excludes=())
+            if signature_of(back).digest != signature_of(before).digest:
+                left = diff_trees(before, back).to_json()
+                raise Refusal("restore_incomplete", f"the workspace could not be restored exactly: {left}", root, **left)
+        text, truncated = _output(output_path)
+        proxy = metering.get("proxy")
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    sessions = _SESSION.findall(text)
+    return {
+        "ok": result.exit_code == 0 and not result.timed_out,
+        "mode": "model" if chosen is not None else "command",
+        "model": None if chosen is None else chosen.id,
+        "argv": argv,
+        "workspace": root,
+        "write": write,
+        "output": text,
+        "output_truncated": truncated,
+        "session": sessions[-1] if sessions else None,
+        "restored": restored,
+        "changes": diff.to_json(),
+        "tree_before": signature_of(before).digest,
+        "tree_after": signature_of(scan_tree(root, excludes=())).digest,
+        "sandbox": wrapped.record,
+        "proxy": None if proxy is None else {k: proxy[k] for k in ("exchanges", "record_failures")},
+        **result.to_json(),
+    }

@@ -1,0 +1,102 @@
+"""`proctor init`: pin the task, seal the verifier's inputs outside the workspace, record the baseline."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from harness._version import __version__
+from harness.errors import Refusal
+from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.evidence.tree import (
+    DEFAULT_EXCLUDES,
+    display_path,
+    manifest_to_json,
+    scan_tree,
+    signature_of,
+)
+from harness.gate.guards import ancestor_inputs, seal_matches
+from harness.gate.lanes import choose_lane
+from harness.gate.seal import seal_files, store_hidden
+from harness.gate.state import StateDir, journal_clock, refuse_nested, workspace_root
+from harness.gate.task import load_task
+from harness.gate.workspace import Gate
+
+__all__ = ["PIN_SCHEMA", "init_workspace"]
+
+PIN_SCHEMA = "proctor-pin.v1"
+
+
+def init_workspace(workspace: str, task_path: str, state_dir: str | None = None) -> dict[str, Any]:
+    """Create the state folder, pin the task and verifier, seal and hide inputs, record the baseline."""
+    refuse_nested("init")
+    ws = workspace_root(workspace)
+    task = load_task(task_path)
+    state = StateDir.locate(ws, state_dir)
+    if state.exists():
+        raise Refusal(
+            "already_initialized",
+            "this workspace is already pinned; remove its state folder to start over",
+            state.root,
+        )
+    state.create()
+    with state.lock():
+        entries = scan_tree(ws, DEFAULT_EXCLUDES)
+        matches = seal_matches(task.verifier.seal, entries)
+        empty = [pattern for pattern, hits in matches.items() if not hits]
+        if empty:
+            raise Refusal("seal_target_missing", f"seal patterns match no file: {', '.join(empty)}", ws)
+        sealed_paths = sorted({p for hits in matches.values() for p in hits})
+        sealed = seal_files(ws, sealed_paths, entries, state.path("sealed"))
+        hidden = store_hidden(task.folder, ws, task.verifier.hidden, state.path("hidden"))
+        baseline = signature_of(entries)
+        baseline_sha = state.write_record("baseline.json", {"entries": manifest_to_json(entries)})
+        lane = choose_lane(task)
+        pin = {
+            "schema": PIN_SCHEMA,
+            "task_id": task.task_id,
+            "task_path": task.path,
+            "task_sha256": task.sha256,
+            "workspace": ws,
+            "verifier": task.verifier.raw,
+            "verifier_argv": task.verifier.resolved_argv(),
+            "sealed": sealed,
+            "hidden": hidden,
+            "excludes": list(DEFAULT_EXCLUDES),
+            "baseline_tree": baseline.digest,
+            "baseline_manifest_sha256": baseline_sha,
+            # pytest reads config and conftest.py from the folders above the verification copy
+            "verify_ancestor_inputs": ancestor_inputs(state.path("verify")),
+            "lane": lane.to_json(),
+            "proctor_version": __version__,
+        }
+        journal = state.journal(task.task_id)
+        prior = state.events(pin) if os.path.exists(state.journal_path) else []  # a retried init
+        gate = Gate(ws, task, state, pin, journal, prior, journal_clock(prior))
+        # The journal records the pin's hash first: a crash before the pin lands leaves a
+        # workspace that is simply not initialized, and a retry appends a second init.
+        pin_sha = sha256_hex(canonical_bytes(pin))
+        gate.record(
+            "init",
+            task_id=task.task_id,
+            task_sha256=task.sha256,
+            pin_sha256=pin_sha,
+            baseline_tree=baseline.digest,
+            sealed=[s["path"] for s in sealed],
+            hidden=[h["to"] for h in hidden],
+            lane=lane.lane,
+        )
+        state.write_record("pin.json", pin)
+    return {
+        "ok": True,
+        "task_id": task.task_id,
+        "workspace": ws,
+        "state_dir": state.root,
+        "lane": lane.to_json(),
+        "verifier_argv": pin["verifier_argv"],
+        "sealed": [s["path"] for s in sealed],
+        "hidden": [h["to"] for h in hidden],
+        "baseline_tree": baseline.to_json(),
+        "pin_sha256": pin_sha,
+        "excluded_from_tree": [display_path(os.fsencode(p)) for p in DEFAULT_EXCLUDES],
+    }

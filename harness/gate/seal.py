@@ -1,0 +1,120 @@
+"""Sealing: copies of the verifier's inputs kept outside the workspace, checked and restored.
+
+At init the files named by the task's `seal` patterns are copied into the
+state folder with their sha256, and the hidden inputs (outside the workspace)
+are copied in beside them. Before each verification the copies are checked
+against the pin, sealed files in the workspace whose content differs are
+restored, and the hidden inputs are laid into the verification copy only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.errors import Refusal
+from harness.evidence.fsutil import atomic_write, ensure_private_dir
+from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.layout import real_parents, remove_entry
+from harness.evidence.tree import TreeEntry, display_path, scan_tree, signature_of
+from harness.gate.task import HiddenInput
+
+__all__ = ["check_copies", "lay_hidden", "restore_sealed", "seal_files", "store_hidden"]
+
+
+def _write_copy(dest: str, data: bytes, executable: bool) -> None:
+    ensure_private_dir(os.path.dirname(dest))
+    atomic_write(dest, data, mode=0o700 if executable else 0o600)
+
+
+def seal_files(
+    workspace: str, paths: Sequence[bytes], entries: Mapping[bytes, TreeEntry], sealed_dir: str
+) -> list[dict[str, Any]]:
+    """Copy each sealed workspace file into `sealed_dir`; returns the sealed manifest."""
+    manifest = []
+    for rel in paths:
+        entry = entries[rel]
+        data = read_bytes(os.path.join(os.fsencode(workspace), rel).decode("utf-8", "surrogateescape"))
+        digest = sha256_hex(data)
+        if digest != entry.digest:
+            raise Refusal("tree_changed_during_scan", "a sealed file changed while init read it", display_path(rel))
+        _write_copy(os.path.join(sealed_dir, os.fsdecode(rel)), data, entry.executable)
+        manifest.append({"path": os.fsdecode(rel), "sha256": digest, "executable": entry.executable})
+    return manifest
+
+
+def store_hidden(task_folder: str, workspace: str, hidden: Sequence[HiddenInput], hidden_dir: str) -> list[dict[str, Any]]:
+    """Copy each hidden input (a file or a folder outside the workspace) into `hidden_dir`."""
+    manifest = []
+    for index, item in enumerate(hidden):
+        source = os.path.realpath(os.path.join(task_folder, item.source))
+        if source == workspace or source.startswith(workspace + os.sep):
+            raise Refusal("hidden_input_inside_workspace", "a hidden input must lie outside the workspace", source)
+        if not os.path.lexists(source):
+            raise Refusal("hidden_input_missing", "no such hidden input", source)
+        stored = os.path.join(hidden_dir, str(index))
+        if os.path.isdir(source):
+            entries = scan_tree(source, excludes=())
+            for rel, entry in sorted(entries.items()):
+                if entry.kind == "dir":
+                    continue
+                if entry.kind != "file":
+                    raise Refusal("hidden_input_invalid", "a hidden folder may hold only files and folders", display_path(rel))
+                data = read_bytes(os.path.join(source, os.fsdecode(rel)))
+                _write_copy(os.path.join(stored, os.fsdecode(rel)), data, entry.executable)
+            digest, kind = signature_of(entries).digest, "dir"
+        else:
+            data = read_bytes(source)
+            _write_copy(stored, data, os.access(source, os.X_OK))
+            digest, kind = sha256_hex(data), "file"
+        manifest.append({"from": item.source, "to": item.to, "kind": kind, "sha256": digest, "stored": str(index)})
+    return manifest
+
+
+def check_copies(state_root: str, sealed: Sequence[Mapping[str, Any]], hidden: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse `state_tampered` when a sealed or hidden copy no longer matches the pin."""
+    for item in sealed:
+        path = os.path.join(state_root, "sealed", item["path"])
+        if sha256_hex(read_bytes(path)) != item["sha256"]:
+            raise Refusal("state_tampered", "a sealed copy no longer matches the pin", path)
+    for item in hidden:
+        path = os.path.join(state_root, "hidden", item["stored"])
+        if item["kind"] == "dir":
+            digest = signature_of(scan_tree(path, excludes=())).digest
+        else:
+            digest = sha256_hex(read_bytes(path))
+        if digest != item["sha256"]:
+            raise Refusal("state_tampered", "a hidden copy no longer matches the pin", path)
+
+
+def restore_sealed(
+    workspace: str, state_root: str, sealed: Sequence[Mapping[str, Any]], current: Mapping[bytes, TreeEntry]
+) -> list[str]:
+    """Put back every sealed file whose content, kind or exec bit differs; returns their paths."""
+    restored = []
+    for item in sealed:
+        rel = os.fsencode(item["path"])
+        entry = current.get(rel)
+        if entry is not None and entry.kind == "file" and entry.digest == item["sha256"] and entry.executable == item["executable"]:
+            continue
+        target = real_parents(workspace, item["path"])
+        remove_entry(target)
+        data = read_bytes(os.path.join(state_root, "sealed", item["path"]))
+        atomic_write(target, data, mode=0o755 if item["executable"] else 0o644)
+        restored.append(item["path"])
+    return restored
+
+
+def lay_hidden(copy_root: str, state_root: str, hidden: Sequence[Mapping[str, Any]]) -> None:
+    """Lay the hidden inputs into the verification copy (never into the workspace)."""
+    for item in hidden:
+        source = os.path.join(state_root, "hidden", item["stored"])
+        dest = os.path.join(copy_root, item["to"])
+        remove_entry(dest)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if item["kind"] == "dir":
+            shutil.copytree(source, dest, symlinks=True)
+        else:
+            shutil.copy2(source, dest)

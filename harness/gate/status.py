@@ -1,0 +1,145 @@
+"""`proctor status` and `proctor journal --ack`: what is running, stalled, orphaned or detached."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from harness.errors import Refusal
+from harness.evidence.jsonio import read_json
+from harness.evidence.lock import lock_holder
+from harness.gate.escalation import escalation_state
+from harness.gate.state import refuse_nested
+from harness.gate.workspace import Gate, gated
+from harness.workers.sandbox import guarantee_of
+
+__all__ = ["HEARTBEAT_STALE_S", "acknowledge", "status"]
+
+HEARTBEAT_STALE_S = 300.0
+"""A heartbeat older than this (or than the task's timeout, if shorter) is `stale`."""
+
+
+def _open_dispatches(gate: Gate) -> dict[str, dict[str, Any]]:
+    opened: dict[str, dict[str, Any]] = {}
+    for event in gate.events:
+        if event["event"] == "dispatch_start":
+            opened[event["dispatch_id"]] = event
+        elif event["event"] == "dispatch_end":
+            opened.pop(event["dispatch_id"], None)
+    return opened
+
+
+def _lock_holder(gate: Gate) -> int | None:
+    """The pid of the invocation holding this workspace's lock, or None when it is free."""
+    return lock_holder(gate.state.path("invocation.lock"))
+
+
+def _orphans(gate: Gate, opened: dict[str, dict[str, Any]], holder: int | None) -> list[str]:
+    """Open dispatches whose proctor is gone (it does not hold the lock), not yet acknowledged.
+
+    While another invocation holds the lock, a dispatch started by a different
+    proctor is still an orphan.
+    """
+    if not opened:
+        return []
+    acked = {e["dispatch_id"] for e in gate.events if e["event"] == "ack"}
+    return [d for d, e in opened.items() if d not in acked and e.get("proctor_pid") != holder]
+
+
+def _heartbeat(start: dict[str, Any], now: float, stale_after: float) -> dict[str, Any]:
+    path = start.get("heartbeat", "")
+    try:
+        mtime = os.stat(path).st_mtime
+        beat = read_json(path, max_bytes=65536).value
+    except (OSError, Refusal):
+        return {"state": "absent"}
+    age = now - mtime
+    progress = {k: v for k, v in beat.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return {"state": "stale" if age > stale_after else "fresh", "age_s": round(age, 3), **progress}
+
+
+def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
+    """A read-only report of the workspace's dispatches, receipts and measurement."""
+    with gated(workspace, None, state_dir, lock=False) as gate:
+        now = time.time()
+        budget = gate.task.budget
+        opened = _open_dispatches(gate)
+        holder = _lock_holder(gate)
+        orphans = _orphans(gate, opened, holder)
+        acked = {e["dispatch_id"] for e in gate.events if e["event"] == "ack"}
+        running = {} if holder is None else {d: e for d, e in opened.items() if d not in orphans and d not in acked}
+        stale_after = min(HEARTBEAT_STALE_S, budget.timeout_s)
+        progress = {d: _heartbeat(e, now, stale_after) for d, e in opened.items()}
+        last_t = float(gate.events[-1]["t"]) if gate.events else 0.0
+        beats = [now - p["age_s"] for p in progress.values() if "age_s" in p]
+        silence = now - max([last_t, *beats])
+        stall_after = max(2 * budget.timeout_s, 3600.0)
+        ends = [e for e in gate.events if e["event"] == "dispatch_end"]
+        detached = [e["dispatch_id"] for e in ends if e.get("detached_pids")]
+        starts = [e for e in gate.events if e["event"] == "dispatch_start"]
+        # Tokens and cost are measured only from wire logs: a --command worker has none, and
+        # until a --model dispatch has run nothing has been metered.
+        degraded = ["tokens", "cost"] if not starts or any(not e.get("wire_log") for e in starts) else []
+        if any(e.get("process_tracking") is False for e in ends):
+            degraded.append("process_tracking")
+        verifies = [e for e in gate.events if e["event"] == "verify"]
+        accepts = [e for e in gate.events if e["event"] == "accept"]
+        esc = escalation_state(gate.pin["lane"]["lane"], gate.events)
+        last_receipt = None
+        if verifies:
+            v = verifies[-1]
+            last_receipt = {k: v[k] for k in ("receipt_id", "passed", "tree", "tamper_detected", "at")}
+            last_receipt["sandbox"] = v.get("sandbox", "none")
+        kinds = {e["dispatch_id"]: (e.get("sandbox") or {}).get("kind", "none") for e in starts}
+        ran = [*kinds.values(), *([last_receipt["sandbox"]] if last_receipt else [])]
+        return {
+            "ok": True,
+            "task_id": gate.task.task_id,
+            "workspace": gate.workspace,
+            "state_dir": gate.state.root,
+            "dispatches": sum(1 for e in gate.events if e["event"] == "dispatch_start"),
+            "max_dispatches": budget.max_dispatches,
+            "running_dispatch_ids": sorted(running),
+            "stall_suspected": bool(running) and silence > stall_after,
+            "silence_s": round(silence, 3),
+            "stall_after_s": stall_after,
+            "orphaned_dispatch_ids": orphans,
+            "detached_dispatch_ids": detached,
+            "payload_progress": progress,
+            "measurement_degraded": {"degraded": bool(degraded), "components": degraded},
+            "last_receipt": last_receipt,
+            "accepted": bool(accepts) and accepts[-1]["receipt_id"] == (last_receipt or {}).get("receipt_id"),
+            "journal_lines": len(gate.events),
+            "lane": esc.lane,
+            "lane_switches": len(esc.switches),
+            "fingerprints": list(esc.fingerprints),
+            "stagnant_count": esc.stagnant_count,
+            "failed_providers": {k: list(v) for k, v in sorted(esc.failed_providers.items())},
+            # `weaker` when a dispatch or the last verification ran with --sandbox none
+            "sandbox": {"dispatches": kinds, "last_receipt": None if last_receipt is None else last_receipt["sandbox"],
+                        "guarantee": guarantee_of(ran) if ran else None},
+        }
+
+
+def acknowledge(workspace: str, dispatch_id: str, state_dir: str | None = None) -> dict[str, Any]:
+    """Acknowledge an orphaned dispatch so that status stops reporting it."""
+    refuse_nested("journal --ack")
+    with gated(workspace, None, state_dir) as gate:
+        opened = _open_dispatches(gate)
+        known = {e["dispatch_id"] for e in gate.events if e["event"] == "dispatch_start"}
+        if dispatch_id not in known:
+            raise Refusal("unknown_dispatch_id", f"no dispatch {dispatch_id!r} in the journal", gate.state.journal_path)
+        if dispatch_id not in opened:
+            raise Refusal("dispatch_not_orphaned", f"dispatch {dispatch_id!r} ended normally", gate.state.journal_path)
+        if any(e["event"] == "ack" and e["dispatch_id"] == dispatch_id for e in gate.events):
+            raise Refusal("already_acknowledged", f"dispatch {dispatch_id!r} was acknowledged before", gate.state.journal_path)
+        gate.record("ack", dispatch_id=dispatch_id)
+    return {"ok": True, "acknowledged": dispatch_id}
+
+
+def journal_tail(workspace: str, state_dir: str | None = None, count: int = 20) -> dict[str, Any]:
+    """The last `count` journal events, verified."""
+    with gated(workspace, None, state_dir, lock=False) as gate:
+        shown = gate.events[-count:] if count > 0 else []
+        return {"ok": True, "journal": gate.state.journal_path, "lines": len(gate.events), "events": shown}

@@ -1,0 +1,214 @@
+"""`proctor verify`: run the pinned verifier on a fresh copy of the workspace and write a receipt.
+
+The verifier runs in a sandbox (`harness.workers.sandbox`; `--sandbox`,
+default bwrap): the verification copy (with the hidden inputs laid in) is its
+only writable folder besides a private /tmp, it has no network, and absolute
+paths in its argv are visible read-only. The state folder, the workspace and
+the receipts are not there: code under test cannot reach the evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+from harness.errors import Refusal
+from harness.evidence.fsutil import ensure_private_dir
+from harness.evidence.jsonio import read_bytes, read_json, sha256_hex
+from harness.evidence.layout import lay_entry
+from harness.evidence.tree import (
+    TreeEntry,
+    manifest_from_json,
+    scan_tree,
+    signature_of,
+)
+from harness.gate.dispatch import withheld_paths
+from harness.gate.escalation import fingerprint
+from harness.gate.guards import (
+    ancestor_inputs,
+    escaping_entries,
+    module_shadows,
+    verification_input_changes,
+)
+from harness.gate.receipts import RECEIPT_SCHEMA
+from harness.gate.seal import check_copies, lay_hidden, restore_sealed
+from harness.gate.state import refuse_nested
+from harness.gate.workspace import Gate, check_pin, gated
+from harness.workers.process import run_group
+from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
+
+__all__ = ["baseline_entries", "copy_tree", "verify"]
+
+
+def baseline_entries(gate: Gate) -> dict[bytes, TreeEntry]:
+    """The baseline tree recorded at init, checked against the pin."""
+    loaded = read_json(gate.state.path("baseline.json"))
+    if loaded.sha256 != gate.pin["baseline_manifest_sha256"]:
+        raise Refusal("state_tampered", "the baseline manifest differs from the pin", gate.state.path("baseline.json"))
+    return manifest_from_json(loaded.value["entries"])
+
+
+def copy_tree(source: str, entries: Mapping[bytes, TreeEntry], dest: str) -> None:
+    """Lay out exactly the scanned entries of `source` under `dest` (links as links, never followed)."""
+    src, dst = os.fsencode(source), os.fsencode(dest)
+    for rel, entry in sorted(entries.items()):
+        target = os.path.join(dst, rel)
+        if entry.kind == "dir":
+            os.mkdir(target, 0o755)
+        else:
+            data = read_bytes(os.path.join(src, rel).decode("utf-8", "surrogateescape")) if entry.kind == "file" else None
+            lay_entry(target, entry, data)
+
+
+def _tampered_since_dispatch(gate: Gate) -> list[str]:
+    """Sealed paths restored since the last dispatch started: tampering stays on the record."""
+    paths: list[str] = []
+    for event in gate.events:
+        if event["event"] == "dispatch_start":
+            paths = []
+        elif event["event"] == "tamper":
+            paths.extend(event["paths"])
+    return paths
+
+
+def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sandbox: str | None = None) -> dict[str, Any]:
+    """Check, restore, copy, verify, receipt. Returns the receipt (with where it was written).
+
+    `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
+    """
+    refuse_nested("verify")
+    with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("verify"):
+        check_pin(gate.task, gate.pin)
+        box = resolve_sandbox(sandbox)
+        check_copies(gate.state.root, gate.pin["sealed"], gate.pin["hidden"])
+        excludes = tuple(gate.pin["excludes"])
+        baseline = baseline_entries(gate)
+        current = scan_tree(gate.workspace, excludes)
+        changed = verification_input_changes(baseline, current)
+        if changed:
+            raise Refusal(
+                "verification_input_changed",
+                f"files that steer verification appeared or changed since init: {', '.join(changed)}",
+                gate.workspace,
+                paths=changed,
+            )
+        pinned_above = gate.pin.get("verify_ancestor_inputs", {})
+        above = ancestor_inputs(gate.state.path("verify"))
+        changed = sorted(p for p in {*pinned_above, *above} if pinned_above.get(p) != above.get(p))
+        if changed:
+            raise Refusal(
+                "verification_input_changed",
+                f"files above the verification copy that steer the test runner changed since init: {', '.join(changed)}",
+                changed[0],
+                paths=changed,
+            )
+        shadows = module_shadows(baseline, current, gate.pin["verifier_argv"])
+        if shadows:
+            raise Refusal(
+                "module_shadow_detected",
+                f"new or changed workspace modules shadow imports of the verifier: {', '.join(shadows)}",
+                gate.workspace,
+                paths=shadows,
+            )
+        unsafe = escaping_entries(baseline, current)
+        if unsafe:
+            raise Refusal(
+                "unsafe_workspace_entry",
+                "; ".join(f"{u['path']}: {u['why']}" for u in unsafe),
+                gate.workspace,
+                entries=unsafe,
+            )
+        restored = restore_sealed(gate.workspace, gate.state.root, gate.pin["sealed"], current)
+        if restored:
+            gate.record("tamper", paths=restored, action="restored")
+            current = scan_tree(gate.workspace, excludes)
+        tampered = _tampered_since_dispatch(gate)
+        tree = signature_of(current)
+
+        seq = sum(1 for e in gate.events if e["event"] == "verify") + 1
+        receipt_id = f"r{seq:04d}"
+        work = gate.state.path("verify", receipt_id)
+        if os.path.lexists(work):
+            shutil.rmtree(work)
+        ensure_private_dir(work)
+        copy = os.path.join(work, "tree")
+        try:
+            os.mkdir(copy, 0o755)
+            copy_tree(gate.workspace, current, copy)
+            copied = signature_of(scan_tree(copy, excludes))
+            if copied.digest != tree.digest:
+                raise Refusal("tree_changed_during_verify", "the workspace changed while it was copied", gate.workspace)
+            lay_hidden(copy, gate.state.root, gate.pin["hidden"])
+            output = gate.state.path("receipts", f"{receipt_id}.output")
+            argv = gate.pin["verifier_argv"]
+            env = sandbox_env(os.environ, {"PYTHONDONTWRITEBYTECODE": "1"}, sandboxed=box.kind == "bwrap")
+            view = View(cwd=copy, writable=(copy,), readable=named_paths(argv, find_program(argv[0], copy, env)),
+                        withheld=withheld_paths(gate))  # fmt: skip
+            wrapped = box.wrap(argv, view, env)
+            result = run_group(
+                wrapped.argv,
+                cwd=copy,
+                env=env,
+                timeout_s=gate.task.budget.verify_timeout_s,
+                output_path=output,
+                sandboxed=wrapped.sandboxed,
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
+        passed = result.exit_code == 0 and not result.timed_out
+        output_bytes = read_bytes(output)
+        # The failure's fingerprint drives escalation (harness.gate.escalation): the copy's
+        # path differs per receipt and must not make the same failure look new.
+        failure_print = None if passed else fingerprint(
+            output_bytes.decode("utf-8", "replace"), (copy, os.path.realpath(copy), gate.state.root)
+        )
+        receipt = {
+            "schema": RECEIPT_SCHEMA,
+            "receipt_id": receipt_id,
+            "task_id": gate.task.task_id,
+            "task_sha256": gate.task.sha256,
+            "tree": tree.digest,
+            "tree_entries": tree.entries,
+            "tree_excludes": list(excludes),
+            "baseline_tree": gate.pin["baseline_tree"],
+            "dispatch_seq": dispatches[-1]["seq"] if dispatches else 0,
+            "verifier_argv": gate.pin["verifier_argv"],
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "timed_out": result.timed_out,
+            "passed": passed,
+            "output_sha256": sha256_hex(output_bytes),
+            "output_bytes": len(output_bytes),
+            "fingerprint": failure_print,
+            "tamper_detected": bool(tampered),
+            "tampered_paths": tampered,
+            "verifier_nondiscriminating": passed and tree.digest == gate.pin["baseline_tree"],
+            "detached_pids": list(result.detached_pids),
+            "sandbox": wrapped.record,
+            "started": result.started,
+            "ended": result.ended,
+            "duration_s": round(result.duration_s, 6),
+        }
+        receipt_sha = gate.state.write_record(f"receipts/{receipt_id}.json", receipt)
+        gate.record(
+            "verify",
+            receipt_id=receipt_id,
+            receipt_sha256=receipt_sha,
+            passed=passed,
+            tree=tree.digest,
+            tamper_detected=bool(tampered),
+            dispatch_seq=receipt["dispatch_seq"],
+            fingerprint=failure_print,
+            sandbox=wrapped.record["kind"],
+        )
+    return {
+        "ok": passed,
+        **receipt,
+        "receipt_sha256": receipt_sha,
+        "receipt_path": gate.state.path("receipts", f"{receipt_id}.json"),
+        "output_path": output,
+        "output_tail": output_bytes[-2000:].decode("utf-8", "replace"),
+    }

@@ -1,0 +1,382 @@
+"""`proctor analyze`: the analysis notebook run with papermill, exported to HTML, every output anchored.
+
+`analyze_results(results)` runs `notebooks/analysis.ipynb` (the thin notebook
+over `harness.analysis.study.analyze_study`) into `<out>/analysis.ipynb`
+(default `<out>` = `RESULTS/<study>/analysis`), where the notebook writes
+`tables/<name>.csv` (`write_tables`) and `figures/<stem>.png|.svg`
+(`harness.analysis.figures`). It then exports `<out>/analysis.html` with
+nbconvert and appends one `anchor.v1` record (reason `analysis`) to the
+`anchors.jsonl` of every stage of the study, naming the sha256 of
+
+    notebook:<path>   the executed notebook
+    output:<path>     the HTML export, every file in <out>/tables/ and <out>/figures/
+
+(`<path>` relative to that stage folder, `output_manifest_name`), so that
+`proctor audit` can check each of them from any stage. `<out>` is the
+analysis's own folder: everything in its `tables/` and `figures/` is anchored.
+Analysing again into the same folder replaces the files and anchors them
+again (the audit checks a name against its latest anchor).
+
+Tables and figures are byte-identical for the same results (`write_tables`,
+`harness.analysis.figures`), and so is the HTML when the outputs are: the export
+shows no papermill timings, has a fixed title, and names papermill's injected
+parameters cell (whose id papermill draws at random). The executed notebook is
+not: papermill records start and end times in its metadata.
+
+A notebook that fails keeps its executed copy (with the error in it) and that
+copy is anchored (as `execute_notebook` does); then a refusal raised in the
+notebook (the report's `report_refused` when a stage does not validate, a
+results-folder refusal, ...) becomes `analysis_refused` with the notebook's
+code in `notebook_refusal`, and any other error `analysis_failed`.
+
+This module also holds what the notebook calls to show its tables
+(`frame_table`) and find its folders (`analysis_paths`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from harness.audit.results import StudyResults, open_study
+from harness.errors import Refusal
+from harness.evidence.fsutil import atomic_write
+from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.notebooks.stage import (
+    Table,
+    anchor_outputs,
+    output_manifest_name,
+    repo_root,
+    resolve,
+    run_papermill,
+)
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = [
+    "AnalysisPaths",
+    "Figure",
+    "analysis_notebook",
+    "analysis_paths",
+    "analyze_results",
+    "breakeven_lines",
+    "figure",
+    "frame_table",
+    "outputs_table",
+    "verdict_lines",
+]
+
+PathArg = str | os.PathLike[str]
+
+_MAX_OUTPUT_BYTES: Final = 256 * 1024 * 1024
+_REASON: Final = "analysis"
+
+
+# --------------------------------------------------------------------------
+# What the notebook calls
+
+
+@dataclass(frozen=True)
+class AnalysisPaths:
+    """The folders an analysis reads and writes (absolute paths).
+
+    Attributes:
+        results: the results folder given (RESULTS, RESULTS/<study> or a stage folder).
+        prereg: the preregistration folder (given, or found by the freeze's sha256).
+        study: the study id.
+        stages: the stage folders analysed, in name order.
+        out: the analysis folder (default `RESULTS/<study>/analysis`).
+        tables: `<out>/tables`, one CSV per table.
+        figures: `<out>/figures`, each figure as PNG and SVG.
+    """
+
+    results: str
+    prereg: str
+    study: str
+    stages: tuple[str, ...]
+    out: str
+    tables: str
+    figures: str
+
+    def figure(self, stem: str) -> str:
+        """The stem (`<out>/figures/<stem>`) a figure function writes `.png` and `.svg` to."""
+        return os.path.join(self.figures, stem)
+
+    def table(self) -> Table:
+        """The paths as a two-column table."""
+        rows = [{"what": "study", "path": self.study}, {"what": "results", "path": self.results},
+                {"what": "preregistration", "path": self.prereg},
+                *({"what": "stage", "path": s} for s in self.stages),
+                {"what": "analysis folder", "path": self.out}]
+        return Table("What is analysed", tuple(rows))
+
+
+def _paths(found: StudyResults, results: str, out: str) -> AnalysisPaths:
+    out_dir = out or os.path.join(found.folder, "analysis")
+    return AnalysisPaths(results, found.prereg, found.study, tuple(s.folder for s in found.stages), out_dir,
+                         os.path.join(out_dir, "tables"), os.path.join(out_dir, "figures"))
+
+
+def analysis_paths(results: PathArg, *, out: PathArg = "", prereg: PathArg = "",
+                   root: PathArg | None = None) -> AnalysisPaths:
+    """The notebook's folders; relative paths are taken from the repository root (`repo_root`).
+
+    Args:
+        results: RESULTS, RESULTS/<study> or a stage folder.
+        out: the analysis folder; "" for `RESULTS/<study>/analysis`.
+        prereg: the preregistration; "" to find it by the freeze's sha256 under `<root>/prereg/`.
+        root: the folder relative paths are taken from and `prereg/` is searched in
+            (default: the repository root found from the working folder).
+
+    Raises:
+        Refusal: `results_not_found`, `results_mixed`, `prereg_not_found` (`open_study`).
+    """
+    base = os.path.abspath(os.fspath(root)) if root is not None else str(repo_root())
+    results_dir = resolve(results, base)
+    found = open_study(results_dir, prereg=resolve(prereg, base) if os.fspath(prereg) else None, root=base)
+    return _paths(found, results_dir, resolve(out, base) if os.fspath(out) else "")
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value != 0 and abs(value) < 1e-3:
+        return f"{value:.3g}"  # costs per attempt: four decimals would show 0.0000
+    return value
+
+
+def frame_table(title: str, frame: pl.DataFrame, *, columns: Sequence[str] | None = None,
+                note: str = "") -> Table:
+    """A polars frame as a `Table` (text for papermill's logs, HTML for the export).
+
+    Args:
+        title: the line above the table.
+        frame: the rows.
+        columns: the columns shown, in order (those the frame lacks are skipped); default all.
+        note: a line under the table.
+    """
+    shown = [c for c in (columns or frame.columns) if c in frame.columns]
+    rows = tuple({c: _shown(row[c]) for c in shown} for row in frame.select(shown).iter_rows(named=True))
+    return Table(title, rows, note=note, columns=tuple(shown))
+
+
+@dataclass(frozen=True, repr=False)
+class Figure:
+    """A saved figure: shown inline as its PNG (Jupyter, the HTML export) and as its paths in text logs.
+
+    Attributes:
+        paths: the files a figure function wrote (`.png` and `.svg`).
+    """
+
+    paths: tuple[str, ...]
+
+    def _repr_png_(self) -> bytes:
+        return read_bytes(next(p for p in self.paths if p.endswith(".png")), max_bytes=_MAX_OUTPUT_BYTES)
+
+    def __repr__(self) -> str:
+        return "figure: " + ", ".join(self.paths)
+
+
+def figure(paths: Iterable[str]) -> Figure:
+    """A figure function's outputs, to `display`."""
+    return Figure(tuple(paths))
+
+
+def outputs_table(tables: Mapping[str, str], figures: Iterable[str]) -> Table:
+    """The files an analysis wrote: each table (`write_tables`' name -> path) and each figure file."""
+    rows = [{"output": f"table {name}", "path": path} for name, path in tables.items()]
+    rows += [{"output": f"figure {os.path.basename(path)}", "path": path} for path in figures]
+    return Table("Outputs written (proctor analyze anchors their sha256 in every stage)", tuple(rows))
+
+
+# --------------------------------------------------------------------------
+# Lines for people (the CLI)
+
+
+def _num(value: Any, fmt: str = ".3f") -> str:
+    return "-" if not isinstance(value, (int, float)) or isinstance(value, bool) else format(value, fmt)
+
+
+def verdict_lines(comparisons: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per comparison: the difference, its 1-2*alpha interval, the margin and the verdict."""
+    out = []
+    for r in comparisons:
+        head = f"stage {r.get('stage')}: {r.get('a')} vs {r.get('b')} on {r.get('arm')}, margin {_num(r.get('margin'), 'g')}"
+        if not isinstance(r.get("diff"), (int, float)):
+            out.append(f"{head}: not made ({r.get('note') or r.get('verdict') or 'no paired cells'})")
+            continue
+        alpha = r.get("alpha")
+        level = f"{100 * (1 - 2 * alpha):g}% " if isinstance(alpha, (int, float)) else ""
+        p = r.get("tango_p") if str(r.get("method", "")).startswith("tango") else r.get("wald_p")
+        out.append(f"{head}: diff {_num(r.get('diff'), '+.3f')}, {level}CI [{_num(r.get('ci_low'))}, "
+                   f"{_num(r.get('ci_high'))}], n {r.get('n')}, p {_num(p, '.4g')} ({r.get('method')}) "
+                   f"-> {r.get('verdict')}")
+    return out
+
+
+def breakeven_lines(breakeven: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per cascade: the cheap pass rate against the break-even rate, and the predicted savings."""
+    out = []
+    for r in breakeven:
+        out.append(f"stage {r.get('stage')}, arm {r.get('arm')}: {r.get('cheap')} first, then {r.get('strong')}: "
+                   f"q {_num(r.get('q'))} vs break-even {_num(r.get('break_even_q'))} -> predicted savings "
+                   f"{_num(r.get('predicted_savings'), '+.3f')} of the strong cost; composed pass rate "
+                   f"{_num(r.get('composed_pass_rate'))} vs strong alone {_num(r.get('strong_pass_rate'))} "
+                   f"({r.get('gate', 'oracle')} gate)")
+    return out
+
+
+# --------------------------------------------------------------------------
+# proctor analyze
+
+
+def _repository() -> str:
+    """The repository this package lives in (the kernel's working folder)."""
+    return str(repo_root(os.path.dirname(os.path.abspath(__file__))))
+
+
+def analysis_notebook() -> str:
+    """`notebooks/analysis.ipynb` of the repository this package lives in."""
+    path = os.path.join(_repository(), "notebooks", "analysis.ipynb")
+    if not os.path.isfile(path):
+        raise Refusal("file_missing", "the analysis notebook is not here (an installed package without "
+                      "the repository's notebooks/)", path)
+    return path
+
+
+def _export_html(executed: str, html_path: str) -> None:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    text = read_bytes(executed, max_bytes=_MAX_OUTPUT_BYTES).decode("utf-8")
+    nb = nbformat.reads(text, as_version=4)  # type: ignore[no-untyped-call]
+    for cell in nb.cells:  # papermill gives its injected cell a random id; the export names it
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["id"] = "injected-parameters"
+    # papermill's per-cell timings and the run's start and end live in metadata: the export shows none
+    # of it; with the title fixed and the injected cell named, equal outputs give equal HTML.
+    exporter = HTMLExporter()  # type: ignore[no-untyped-call]
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": "analysis"}})
+    atomic_write(html_path, body.encode("utf-8"), mode=0o644)
+
+
+def _files(folder: str, suffixes: tuple[str, ...]) -> list[str]:
+    if not os.path.isdir(folder):
+        return []
+    return [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+            if n.endswith(suffixes) and not n.startswith(".") and os.path.isfile(os.path.join(folder, n))]
+
+
+def _anchor_all(found: StudyResults, notebook: str, outputs: Sequence[str], *, strict: bool) -> list[dict[str, Any]]:
+    anchored = []
+    for stage in found.stages:
+        named = {output_manifest_name(stage.folder, notebook, "notebook"): notebook}
+        named.update({output_manifest_name(stage.folder, p, "output"): p for p in outputs})
+        try:
+            record = anchor_outputs(stage.folder, found.study, stage.stage, _REASON, named, prereg=found.prereg)
+        except Refusal as exc:
+            if strict:
+                raise
+            anchored.append({"stage": stage.stage, "folder": stage.folder, "anchored": False,
+                             "refusal": exc.code, "message": exc.message})
+            continue
+        anchored.append({"stage": stage.stage, "folder": stage.folder, "anchored": True,
+                         "manifests": record["manifests"],
+                         **({"push": record["push"]} if "push" in record else {})})  # a registered witness
+    return anchored
+
+
+def _rows(path: str) -> list[dict[str, Any]]:
+    if not os.path.isfile(path):
+        return []
+    import polars as pl
+
+    rows = pl.read_csv(read_bytes(path, max_bytes=_MAX_OUTPUT_BYTES), infer_schema_length=None).to_dicts()
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in rows]
+
+
+def analyze_results(
+    results: PathArg,
+    *,
+    prereg: PathArg | None = None,
+    out: PathArg | None = None,
+    root: PathArg | None = None,
+    progress: Callable[[str], None] | None = None,
+    notebook: PathArg | None = None,
+) -> dict[str, Any]:
+    """Run the analysis notebook on a study's results, export it to HTML and anchor every output.
+
+    Args:
+        results: RESULTS, RESULTS/<study> or a stage folder (relative to the working folder).
+        prereg: the preregistration folder; default: found by the freeze's sha256 under `<root>/prereg/`.
+        out: the analysis folder; default `RESULTS/<study>/analysis`.
+        root: the repository root searched for the preregistration (default: found from the working folder).
+        progress: called with a line (ending in a newline) as each step starts and ends.
+        notebook: another analysis notebook taking the same parameters (`results`, `out`,
+            `prereg`); default `notebooks/analysis.ipynb`.
+
+    Returns:
+        `{"ok": True, study, prereg, out, "notebook": {path, sha256}, "html": {path, sha256},
+        "tables": [{name, path, sha256}], "figures": [{path, sha256}], "anchored": [per stage],
+        "q_table", "comparisons", "breakeven": rows read back from the tables written,
+        "verdicts", "break_even": lines for people}`.
+
+    Raises:
+        Refusal: `open_study`'s refusals before anything runs; `analysis_refused` (a refusal
+            in the notebook, `notebook_refusal` its code) or `analysis_failed` (any other cell
+            error) after the executed copy was saved and anchored; an anchor's refusal.
+    """
+    say = progress or (lambda _line: None)
+    base = os.path.abspath(os.fspath(root)) if root is not None else str(repo_root())
+    results_dir = os.path.abspath(os.fspath(results))
+    found = open_study(results_dir, prereg=None if prereg is None else os.path.abspath(os.fspath(prereg)), root=base)
+    paths = _paths(found, results_dir, "" if out is None else os.path.abspath(os.fspath(out)))
+    source = analysis_notebook() if notebook is None else os.path.abspath(os.fspath(notebook))
+    executed = os.path.join(paths.out, "analysis.ipynb")
+    say(f"analysing study {found.study} ({len(found.stages)} stage(s)) with {source}\n"
+        f"  running the notebook -> {executed} ...\n")
+    run = run_papermill(source, executed, {"results": results_dir, "out": paths.out, "prereg": found.prereg},
+                        cwd=_repository())
+    if run.error is not None:
+        anchored = _anchor_all(found, run.path, [], strict=False)
+        ename, evalue = str(getattr(run.error, "ename", "")), str(getattr(run.error, "evalue", ""))
+        say(f"  the notebook stopped: {ename}\n")
+        if ename == "Refusal":
+            code = evalue.split(":", 1)[0].strip()
+            raise Refusal("analysis_refused", f"the analysis notebook refused: {evalue}", run.path,
+                          notebook_refusal=code, anchored=anchored)
+        raise Refusal("analysis_failed", f"the analysis notebook failed: {ename}: {evalue}", run.path,
+                      ename=ename, evalue=evalue, anchored=anchored)
+    html_path = os.path.join(paths.out, "analysis.html")
+    say(f"  exporting {html_path}\n")
+    _export_html(run.path, html_path)
+    tables = _files(paths.tables, (".csv",))
+    figures = _files(paths.figures, (".png", ".svg"))
+    outputs = [html_path, *tables, *figures]
+    say(f"  anchoring the notebook and {len(outputs)} outputs in {len(found.stages)} stage(s)\n")
+    anchored = _anchor_all(found, run.path, outputs, strict=True)
+
+    def digest(path: str) -> str:
+        return sha256_hex(read_bytes(path, max_bytes=_MAX_OUTPUT_BYTES))
+
+    comparisons = _rows(os.path.join(paths.tables, "comparisons.csv"))
+    breakeven = _rows(os.path.join(paths.tables, "breakeven.csv"))
+    return {
+        "ok": True,
+        "study": found.study,
+        "prereg": found.prereg,
+        "out": paths.out,
+        "notebook": {"path": run.path, "sha256": run.sha256},
+        "html": {"path": html_path, "sha256": digest(html_path)},
+        "tables": [{"name": os.path.splitext(os.path.basename(p))[0], "path": p, "sha256": digest(p)}
+                   for p in tables],
+        "figures": [{"path": p, "sha256": digest(p)} for p in figures],
+        "anchored": anchored,
+        "q_table": _rows(os.path.join(paths.tables, "q.csv")),
+        "comparisons": comparisons,
+        "breakeven": breakeven,
+        "verdicts": verdict_lines(comparisons),
+        "break_even": breakeven_lines(breakeven),
+    }

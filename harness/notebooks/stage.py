@@ -1,0 +1,568 @@
+"""What `notebooks/run_study.ipynb` calls: paths, tables, the progress display, and papermill.
+
+The notebook is thin (DESIGN.md): every rule it shows lives in
+`harness.run.runner.run_stage`; this module only turns what the runner
+returns into plain tables (`Table`: rows of plain dicts that render as text
+and as HTML) and runs notebooks with papermill.
+
+Executing a notebook (`execute_notebook`) saves the executed copy where the
+caller says (normally inside the stage's results folder) and anchors its
+sha256 in the stage's `anchors.jsonl`, as one more `anchor.v1` record made by
+`harness.run.anchors.anchor_record` (the runner's own format)::
+
+    {"kind": "anchor.v1", "at": ..., "reason": "notebook",
+     "logs": {name: {"lines", "head"}} for every chained log of the stage,
+     "manifests": {"notebook:<path>": sha256 of the executed copy's bytes}}
+
+`<path>` is the executed copy's path relative to the stage folder (with `..`
+when it lies outside; `output_manifest_name`). The record is appended under the stage's invocation
+lock (`invocation_locked` while a run holds it), with a time no earlier than
+any time already in the anchor and run logs. A notebook that fails
+(`PapermillExecutionError`, e.g. on a refusal) is anchored too, then the
+error is raised again; a stage folder that does not exist (a refusal before
+anything was written, or a dry run) gets no anchor.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from harness.errors import Refusal
+from harness.evidence.chain import read_log, verify_log
+from harness.evidence.clock import Clock
+from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.lock import InvocationLock
+from harness.run.records import LOGS, RunProgress, RunSummary, log_seed, stage_folder
+
+__all__ = [
+    "KERNEL_NAME",
+    "OUTPUT_REASONS",
+    "PapermillRun",
+    "PreflightFailed",
+    "StageIncomplete",
+    "Table",
+    "anchor_notebook",
+    "anchor_outputs",
+    "anchors_table",
+    "cells_table",
+    "execute_notebook",
+    "output_manifest_name",
+    "preflight_table",
+    "progress_table",
+    "repo_root",
+    "require_complete",
+    "require_preflight",
+    "resolve",
+    "run_papermill",
+    "run_with_progress",
+    "study_base_urls",
+    "summary_table",
+]
+
+KERNEL_NAME: Final = "python3"
+"""The kernel papermill starts: ipykernel installs this kernelspec into the venv (sys.prefix)."""
+
+_MAX_NOTEBOOK_BYTES: Final = 256 * 1024 * 1024
+
+
+class StageIncomplete(Exception):
+    """A run ended without a standing final for every cell (`proctor run` would exit 1).
+
+    Raised by `require_complete` so that papermill exits non-zero; the files are
+    intact and running the same notebook again resumes the stage.
+    """
+
+
+class PreflightFailed(Exception):
+    """The preflight found a problem that would stop the run (an unreachable endpoint, a missing
+    credential, a spent budget...): raised by `require_preflight` before any provider call."""
+
+
+# --------------------------------------------------------------------------
+# Paths
+
+
+def repo_root(start: str | os.PathLike[str] | None = None) -> Path:
+    """The repository root, from which the notebook's relative paths are taken.
+
+    The first folder at or above `start` (default: the cwd) holding `pyproject.toml`
+    and `harness/`; else the folder above the installed package when it holds
+    `notebooks/`; else `start` itself.
+    """
+    here = Path(os.fspath(start) if start is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() and (folder / "harness").is_dir():
+            return folder
+    package_parent = Path(__file__).resolve().parents[2]
+    if (package_parent / "notebooks").is_dir():
+        return package_parent
+    return here
+
+
+def resolve(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
+    """`path` made absolute: relative paths are taken from `root` (the repository root)."""
+    text = os.path.expanduser(os.fspath(path))
+    return os.path.normpath(text if os.path.isabs(text) else os.path.join(os.fspath(root), text))
+
+
+def study_base_urls(prereg_dir: str | os.PathLike[str], base_url: str) -> dict[str, str] | None:
+    """`{catalog id: base_url}` for every system's model in the design; None when `base_url` is empty.
+
+    Raises the design reader's refusal when `design.toml` cannot be read.
+    """
+    if not base_url:
+        return None
+    from harness.prereg.design import load_design
+
+    design = load_design(os.path.join(os.fspath(prereg_dir), "design.toml"))
+    return {s.model: base_url for s in design.systems}
+
+
+# --------------------------------------------------------------------------
+# Tables
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) or "-"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of plain rows; shown as fixed-width text (papermill's logs) and HTML (Jupyter).
+
+    Attributes:
+        title: one line above the table.
+        rows: one dict per row; the columns are the keys of the first row, in order.
+        note: an optional line under the table.
+    """
+
+    title: str
+    rows: tuple[dict[str, Any], ...]
+    note: str = ""
+    columns: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            cols: dict[str, None] = {}
+            for row in self.rows:
+                cols.update(dict.fromkeys(row))
+            object.__setattr__(self, "columns", tuple(cols))
+
+    def text(self) -> str:
+        """The table as aligned plain text."""
+        cells = [[_cell(row.get(c)) for c in self.columns] for row in self.rows]
+        widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(self.columns)]
+        lines = [self.title]
+        if self.columns:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True)).rstrip())
+            lines.append("  ".join("-" * w for w in widths))
+            lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+        else:
+            lines.append("(none)")
+        if self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{esc(_cell(row.get(c)))}</td>" for c in self.columns) + "</tr>"
+                       for row in self.rows)
+        note = f"<p>{esc(self.note)}</p>" if self.note else ""
+        return f"<p><b>{esc(self.title)}</b></p><table><tr>{head}</tr>{body}</table>{note}"
+
+
+def preflight_table(summary: RunSummary) -> Table:
+    """Every problem the preflight found (`check`, `message`, and where), or one row saying none."""
+    rows = tuple({"check": p.get("check"), "message": p.get("message"),
+                  "refusal": p.get("refusal"), "where": p.get("path") or p.get("url") or p.get("system")}
+                 for p in summary.problems)
+    if not rows:
+        rows = ({"check": "all", "message": "nothing stands in the way", "refusal": None, "where": None},)
+    p = summary.progress
+    title = (f"Preflight of study {summary.study or '?'} stage {summary.stage}: "
+             f"{'ok' if summary.ok else f'{len(summary.problems)} problem(s)'}")
+    return Table(title, rows, note=f"spend so far ${p.total_usd:.4f} of ceiling ${p.ceiling_usd:.4f}")
+
+
+def progress_table(progress: RunProgress) -> Table:
+    """One row per system: items admitted and refused, attempts, standing cells, spend against its cap."""
+    rows = tuple({"system": s.system, "state": s.state, "items_admitted": s.items_admitted,
+                  "items_refused": s.items_refused, "attempts": s.attempts,
+                  "standing": f"{s.standing}/{s.cells}", "spend_usd": s.spend_usd, "cap_usd": s.cap_usd}
+                 for s in progress.systems)
+    crossed = "  CEILING CROSSED" if progress.crossed else ""
+    title = (f"Study {progress.study} stage {progress.stage}: spend ${progress.total_usd:.4f} "
+             f"of ceiling ${progress.ceiling_usd:.4f}{crossed}")
+    return Table(title, rows)
+
+
+def _finals_by_system(summary: RunSummary) -> dict[str, int]:
+    path = os.path.join(summary.folder, "finals.jsonl")
+    if not summary.folder or not os.path.lexists(path):
+        return {}
+    system_of = {c["run_id"]: c["system"] for c in summary.cells}
+    counts: dict[str, int] = {}
+    for rec in read_log(path, log_seed(summary.study, summary.stage, "finals")):
+        system = system_of.get(rec.get("run_id", ""))
+        if system is not None:
+            counts[system] = counts.get(system, 0) + 1
+    return counts
+
+
+def summary_table(summary: RunSummary) -> Table:
+    """Per system: items, cells standing, finals written (reruns included), passes, attempts, spend, stops."""
+    finals = _finals_by_system(summary)
+    rows = []
+    for s in summary.progress.systems:
+        cells = [c for c in summary.cells if c["system"] == s.system]
+        stops = [st.get("cause") for st in summary.stops if st.get("system") in (s.system, None)]
+        rows.append({"system": s.system, "items": len({c["item"] for c in cells}),
+                     "standing": f"{s.standing}/{s.cells}", "finals": finals.get(s.system, 0),
+                     "passes": sum(1 for c in cells if c["state"] == "standing" and c["passed"] is True),
+                     "attempts": s.attempts, "spend_usd": s.spend_usd, "cap_usd": s.cap_usd,
+                     "state": s.state, "stops": stops})
+    p = summary.progress
+    title = (f"Summary ({summary.mode}) of study {summary.study} stage {summary.stage}: "
+             f"{'complete' if summary.complete else 'not complete'}, exit code {summary.exit_code}")
+    return Table(title, tuple(rows), note=f"spend ${p.total_usd:.4f} of ceiling ${p.ceiling_usd:.4f}; "
+                                          f"folder {summary.folder}")
+
+
+def cells_table(summary: RunSummary) -> Table:
+    """One row per cell (a dry run's listing): what stands and the next attempt owed."""
+    rows = tuple({"system": c["system"], "item": c["item"], "arm": c["arm"], "repeat": c["repeat"],
+                  "state": c["state"], "class": c["class"], "passed": c["passed"],
+                  "next": None if c["next"] is None else f"rerun {c['next']['rerun']} attempt {c['next']['attempt']}"}
+                 for c in summary.cells)
+    return Table(f"Cells of study {summary.study} stage {summary.stage} ({summary.mode})", rows)
+
+
+def anchors_table(folder: str | os.PathLike[str], study: str, stage: str) -> Table:
+    """The stage's last anchor: each log's lines and head, each manifest's sha256."""
+    path = os.path.join(os.fspath(folder), "anchors.jsonl")
+    if not os.fspath(folder) or not os.path.lexists(path):
+        return Table(f"Anchors of study {study} stage {stage}", (), note="no anchors.jsonl")
+    seed = log_seed(study, stage, "anchors")
+    records = read_log(path, seed)
+    status = verify_log(path, seed)
+    last = records[-1] if records else {"logs": {}, "manifests": {}, "reason": None, "at": None}
+    rows = [{"name": f"{name}.jsonl", "lines": entry.get("lines"), "head / sha256": entry.get("head")}
+            for name, entry in sorted(last["logs"].items())]
+    rows += [{"name": name, "lines": None, "head / sha256": sha} for name, sha in sorted(last["manifests"].items())]
+    return Table(f"Anchors of study {study} stage {stage}: last anchor ({last['reason']}) of {len(records)}",
+                 tuple(rows), note=f"anchors.jsonl: {status.lines} lines, head {status.head}")
+
+
+def require_preflight(summary: RunSummary, *, dry_run: bool) -> None:
+    """Stop a real run (not a dry run) whose preflight found a problem, before any provider call.
+
+    Raises the refusal the run itself would raise (`Refusal`, e.g. `prereg_not_frozen`) when a
+    problem carries one, else `PreflightFailed` naming every problem.
+    """
+    if dry_run or summary.ok:
+        return
+    for p in summary.problems:
+        if p.get("refusal"):
+            raise Refusal(str(p["refusal"]), str(p.get("message")), p.get("path"))
+    said = "; ".join(f"{p.get('check')}: {p.get('message')}" for p in summary.problems) or "no problem named"
+    raise PreflightFailed(f"the preflight of stage {summary.stage} found {len(summary.problems)} problem(s), "
+                          f"nothing was run: {said}")
+
+
+def require_complete(summary: RunSummary) -> None:
+    """Raise `StageIncomplete` when a run (not a dry run or preflight) did not complete."""
+    if summary.mode == "run" and summary.exit_code != 0:
+        causes = ", ".join(f"{s.get('system') or 'all'}: {s.get('cause')}" for s in summary.stops) or "none logged"
+        raise StageIncomplete(f"stage {summary.stage} of {summary.study} did not complete (stops: {causes}); "
+                              f"run the same notebook again to resume")
+
+
+# --------------------------------------------------------------------------
+# Running a stage with a progress display
+
+
+def run_with_progress(
+    prereg_dir: str | os.PathLike[str],
+    stage: str,
+    results_dir: str | os.PathLike[str],
+    *,
+    show: Callable[[Table], Any],
+    base_urls: Mapping[str, str] | None = None,
+    resume_paused: bool = False,
+    every_s: float = 0.5,
+) -> RunSummary:
+    """`run_stage` on a worker thread while this thread shows `progress_table` at most every `every_s`.
+
+    The display is updated from the calling thread (a kernel's main thread), so its
+    output belongs to the calling cell. A `Refusal` (or any error) from the runner
+    is raised here. If this thread is interrupted, the run goes on in its daemon
+    thread until the process exits; its files resume the stage.
+    """
+    from harness.run.runner import run_stage
+
+    latest: list[RunProgress] = []
+    guard = threading.Lock()
+    outcome: list[RunSummary | BaseException] = []
+
+    def record(progress: RunProgress) -> None:
+        with guard:
+            latest[:] = [progress]
+
+    def target() -> None:
+        try:
+            outcome.append(run_stage(prereg_dir, stage, results_dir, resume_paused=resume_paused,
+                                     base_urls=base_urls, progress=record))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    shown: RunProgress | None = None
+    worker = threading.Thread(target=target, name="proctor-notebook-run", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(timeout=every_s)
+        with guard:
+            now = latest[0] if latest else None
+        if now is not None and now is not shown:
+            show(progress_table(now))
+            shown = now
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    show(progress_table(result.progress))
+    return result
+
+
+# --------------------------------------------------------------------------
+# papermill and the anchor of an executed copy
+
+
+def _notebook_defaults(notebook: str) -> dict[str, Any]:
+    import papermill
+
+    found = papermill.inspect_notebook(notebook)
+    out: dict[str, Any] = {}
+    for name, info in found.items():
+        try:
+            out[name] = ast.literal_eval(str(info.get("default")))
+        except (ValueError, SyntaxError):
+            continue
+    return out
+
+
+def _last_time(folder: str, study: str, stage: str) -> float:
+    latest = 0.0
+    for name in ("anchors", "run"):
+        path = os.path.join(folder, f"{name}.jsonl")
+        if os.path.lexists(path):
+            for rec in read_log(path, log_seed(study, stage, name)):
+                at = rec.get("at")
+                if isinstance(at, (int, float)) and not isinstance(at, bool):
+                    latest = max(latest, float(at))
+    return latest
+
+
+OUTPUT_REASONS: Final = ("notebook", "analysis", "outputs")
+"""The reasons `anchor_outputs` writes (the runner's own anchors are `periodic` and `end`)."""
+
+
+def output_manifest_name(folder: str, path: str | os.PathLike[str], prefix: str = "output") -> str:
+    """`<prefix>:<path relative to the stage folder>` (POSIX separators; `..` when it lies outside).
+
+    `proctor audit` resolves every `notebook:` and `output:` manifest from the stage
+    folder it is anchored in, so a results folder moved whole still audits.
+    """
+    rel = os.path.relpath(os.path.abspath(os.fspath(path)), folder)
+    return f"{prefix}:{rel.replace(os.sep, '/')}"
+
+
+def anchor_outputs(
+    folder: str, study: str, stage: str, reason: str, named: Mapping[str, str | os.PathLike[str]],
+    *, prereg: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Append one `anchor.v1` record with `named` ({manifest name: path}) to the stage's `anchors.jsonl`.
+
+    The record also anchors every chained log of the stage (lines and head), is
+    written under the stage's invocation lock (`invocation_locked` while a run
+    holds it) and at a time no earlier than any time in the anchor and run logs.
+    When the stage's design registers `run.anchor_remote`, a snapshot of the stage
+    folder is then pushed there (synchronously, still under the lock, never forced),
+    so `proctor audit` has a witness of this anchor line too.
+
+    Args:
+        reason: one of `OUTPUT_REASONS` (the audit refuses any other in an anchor).
+        prereg: the preregistration folder whose design may register a remote; default:
+            the one under `<repository root>/prereg/` whose FROZEN.json has the sha256 the
+            stage's plan records (no push when none is found).
+
+    Returns:
+        The record as appended; with a registered remote, plus `push`: the push's
+        outcome (`ok`, `commit` or `error`). A failed push keeps the anchor.
+    """
+    from harness.evidence.chain import ChainedLog
+    from harness.run.anchor_push import push_stage
+    from harness.run.anchors import anchor_record
+
+    if reason not in OUTPUT_REASONS:
+        raise Refusal("anchor_reason_invalid", f"reason {reason!r} is not one of {', '.join(OUTPUT_REASONS)}",
+                      os.path.join(folder, "anchors.jsonl"))
+    remote = _registered_remote(folder, prereg)
+    with InvocationLock(os.path.join(folder, ".invocation.lock")):
+        at = Clock(floor=_last_time(folder, study, stage)).now()
+        logs = {log: (os.path.join(folder, f"{log}.jsonl"), log_seed(study, stage, log))
+                for log in LOGS if log != "anchors"}
+        record = anchor_record(at, reason, logs, {name: os.fspath(p) for name, p in named.items()})
+        written = ChainedLog(os.path.join(folder, "anchors.jsonl"), log_seed(study, stage, "anchors")).append(record)
+        if remote is None:
+            return written
+        outcome = push_stage(folder, f"{study}/{stage}", remote[0], label=reason, timeout_s=remote[1])
+    return {**written, "push": outcome}
+
+
+def _registered_remote(folder: str, prereg: str | os.PathLike[str] | None) -> tuple[str, float] | None:
+    """(the resolved `run.anchor_remote`, its timeout) of the stage's design, or None when none is registered."""
+    from harness.audit.results import find_prereg
+    from harness.prereg.design import load_design
+    from harness.run.anchor_push import resolve_remote
+    from harness.run.attempts import read_plan
+
+    if prereg is None:
+        try:
+            frozen = read_plan(os.path.join(folder, "plan.jsonl")).header.get("frozen_sha256")
+            prereg = find_prereg(str(frozen), repo_root())
+        except Refusal:
+            return None
+    design = load_design(os.path.join(os.fspath(prereg), "design.toml"))
+    if design.run.anchor_remote is None:
+        return None
+    return resolve_remote(design.run.anchor_remote, design.path), design.run.anchor_timeout_s
+
+
+def anchor_notebook(folder: str, study: str, stage: str, executed: str | os.PathLike[str]) -> dict[str, Any]:
+    """Append the `notebook` anchor of an executed copy to the stage's `anchors.jsonl`; returns the record."""
+    return anchor_outputs(folder, study, stage, "notebook",
+                          {output_manifest_name(folder, executed, "notebook"): executed})
+
+
+def execute_notebook(
+    notebook: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    parameters: Mapping[str, Any],
+    *,
+    cwd: str | os.PathLike[str],
+) -> dict[str, Any]:
+    """Run `notebook` with papermill into `out_path` and anchor the executed copy's sha256.
+
+    Args:
+        notebook: the parameterised notebook (e.g. `notebooks/run_study.ipynb`).
+        out_path: where the executed copy goes, normally inside the stage's results folder.
+        parameters: papermill parameters (paths may be `os.PathLike`); `prereg`, `stage`
+            and `results` (the notebook's defaults where missing, relative paths taken
+            from the repository root found from `cwd`) name the stage folder whose
+            `anchors.jsonl` gets the anchor.
+        cwd: the kernel's working folder.
+
+    Returns:
+        `{"ok": True, "notebook": out path, "sha256": ..., "anchor": the anchor record or None}`.
+
+    Raises:
+        papermill.PapermillExecutionError: a cell raised (a refusal, an incomplete run),
+            after the executed copy was saved and anchored (when its stage folder exists
+            and is not held by a run).
+        Refusal: the anchor could not be written after a successful execution.
+    """
+    run = run_papermill(notebook, out_path, parameters, cwd=cwd)
+    try:
+        anchor = _anchor_for(os.path.abspath(os.fspath(notebook)), run.path, run.parameters, cwd)
+    except Refusal:
+        if run.error is None:
+            raise
+        anchor = None  # the notebook's own error is the one to report
+    if run.error is not None:
+        raise run.error
+    return {"ok": True, "notebook": run.path, "sha256": run.sha256, "anchor": anchor}
+
+
+@dataclass(frozen=True)
+class PapermillRun:
+    """A notebook executed by papermill: the executed copy and the cell error, if a cell raised.
+
+    Attributes:
+        path: the executed copy (absolute).
+        sha256: the sha256 of its bytes as saved.
+        parameters: the parameters passed (paths made text).
+        error: the `papermill.PapermillExecutionError` a cell raised (its `ename`, `evalue`), or None.
+    """
+
+    path: str
+    sha256: str
+    parameters: Mapping[str, Any]
+    error: Exception | None
+
+
+def run_papermill(
+    notebook: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    parameters: Mapping[str, Any],
+    *,
+    cwd: str | os.PathLike[str],
+) -> PapermillRun:
+    """Run `notebook` with papermill (kernel `KERNEL_NAME`) into `out_path`; nothing is anchored.
+
+    A cell that raises is returned as `error` after the executed copy (with the
+    error in it) is saved; any other papermill error (no kernel, a missing
+    parameter) is raised.
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    source = os.path.abspath(os.fspath(notebook))
+    out = os.path.abspath(os.fspath(out_path))
+    plain = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in parameters.items()}
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    failure: Exception | None = None
+    try:
+        papermill.execute_notebook(source, out, parameters=dict(plain), kernel_name=KERNEL_NAME,
+                                   progress_bar=False, log_output=False, cwd=os.fspath(cwd))
+    except PapermillExecutionError as exc:
+        failure = exc
+    digest = sha256_hex(read_bytes(out, max_bytes=_MAX_NOTEBOOK_BYTES))
+    return PapermillRun(out, digest, plain, failure)
+
+
+def _anchor_for(
+    source: str, out: str, parameters: Mapping[str, Any], cwd: str | os.PathLike[str]
+) -> dict[str, Any] | None:
+    from harness.prereg.design import load_design
+
+    given = {**_notebook_defaults(source), **parameters}
+    if not all(isinstance(given.get(k), str) for k in ("prereg", "stage", "results")):
+        return None
+    root = repo_root(cwd)
+    try:
+        study = load_design(os.path.join(resolve(given["prereg"], root), "design.toml")).study_id
+    except Refusal:
+        return None
+    folder = stage_folder(resolve(given["results"], root), study, given["stage"])
+    if not os.path.isdir(folder):
+        return None
+    return anchor_notebook(folder, study, given["stage"], out)

@@ -1,0 +1,487 @@
+"""The model catalog: which models proctor can dispatch to, how to reach them, how to run their worker.
+
+File format (TOML, strict)::
+
+    [[model]]
+    id = "sim-flash"                      # unique; what `--model` names and `{model}` fills in
+    api_model = "sim-flash"               # optional: the model name sent to the API (default: id)
+    provider = "sim"
+    api_shape = "openai_chat"             # openai_chat | openai_responses | anthropic_messages | gemini_generate
+    base_url = "http://127.0.0.1:8765/v1"
+    base_url_env = "PROCTOR_SIM_URL"      # optional: an environment variable that overrides base_url when set
+    credential_env = ""                   # the NAME of the variable holding the key ("" when none is needed)
+    pricing_key = "sim-flash"             # its key in the pricing table
+    lane = "flash"                        # flash | glm | k3
+
+    [model.worker]                        # optional: how to run an agent on this model
+    argv = ["{python}", "-m", "harness", "worker", "llm-edit", "--model", "{model}", "--prompt-file", "{prompt_file}"]
+    resume = ["--resume", "{session}"]    # optional: appended to argv to continue a session
+    base_url_var = "OPENAI_BASE_URL"      # optional: the variable the worker reads its base URL from
+    network = "proxy"                     # optional: "proxy" (default: the metering proxy only) or "none"
+
+Placeholders in a worker's argv: `{model}` (the catalog id), `{workspace}`,
+`{prompt_file}`, `{python}` (the interpreter running proctor); `resume` may
+also use `{session}`. They are replaced as plain text, anywhere in an
+argument; any other `{name}` is refused, so a typo cannot reach a worker.
+
+`network` says what a worker's sandbox (`harness.workers.sandbox`) lets it
+reach: `proxy`, the metering proxy only (through a Unix socket named by
+`PROCTOR_PROXY_SOCKET`, which the built-in llm-edit worker uses; a worker
+that cannot speak HTTP over a Unix socket reaches nothing), or `none`, no
+network at all (a worker with a local model; its dispatch has no wire log).
+Under `--sandbox none` a `proxy` worker reaches the proxy on loopback TCP.
+
+The catalog is found by `--catalog FILE`, then `PROCTOR_CATALOG`, then the
+bundled `harness/data/catalog.toml` (the simulator's systems). The file is
+read once, hashed, decoded as strict UTF-8 and parsed with `tomllib` (which
+refuses duplicate keys). Unknown keys, wrong types, bad names and duplicate
+ids are refused as `catalog_invalid` with the path. A credential is only ever
+named here: its value is read from the environment by whoever sends the
+request, and no catalog output shows it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from harness.errors import Refusal
+from harness.evidence.jsonio import read_bytes, sha256_hex
+
+__all__ = [
+    "API_SHAPES",
+    "BUNDLED_CATALOG",
+    "CATALOG_ENV",
+    "EXAMPLE_CATALOG",
+    "LANES",
+    "WORKER_NETWORKS",
+    "Catalog",
+    "CatalogModel",
+    "WorkerTemplate",
+    "catalog_location",
+    "cheapest_in_lane",
+    "describe_catalog",
+    "family_of",
+    "load_catalog",
+    "parse_catalog",
+    "price_of",
+    "resolve_model",
+    "worker_env",
+]
+
+_DATA: Final = Path(__file__).resolve().parent.parent / "data"
+BUNDLED_CATALOG: Final = _DATA / "catalog.toml"
+"""The default catalog: the simulator's systems."""
+EXAMPLE_CATALOG: Final = _DATA / "catalog.example.toml"
+"""A template for hosted models; copy it and point `--catalog` or `PROCTOR_CATALOG` at the copy."""
+CATALOG_ENV: Final = "PROCTOR_CATALOG"
+
+API_SHAPES: Final = ("openai_chat", "openai_responses", "anthropic_messages", "gemini_generate")
+LANES: Final = ("flash", "glm", "k3")
+"""The same tiers as the task file's lanes (`harness.gate.task.LANES`)."""
+
+_MAX_BYTES: Final = 1024 * 1024
+_TOP_KEYS: Final = frozenset({"model"})
+_MODEL_REQUIRED: Final = ("id", "provider", "api_shape", "base_url", "credential_env", "pricing_key", "lane")
+_MODEL_KEYS: Final = frozenset({*_MODEL_REQUIRED, "api_model", "base_url_env", "worker"})
+_WORKER_KEYS: Final = frozenset({"argv", "resume", "base_url_var", "network"})
+WORKER_NETWORKS: Final = ("proxy", "none")
+"""What a worker's sandbox lets it reach: the metering proxy only, or nothing."""
+_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+ARGV_PLACEHOLDERS: Final = ("model", "workspace", "prompt_file", "python")
+RESUME_PLACEHOLDERS: Final = (*ARGV_PLACEHOLDERS, "session")
+
+
+@dataclass(frozen=True)
+class WorkerTemplate:
+    """How to run an agent on a model: an argv template, resume arguments, its base-URL variable,
+    and what its sandbox lets it reach (`network`: "proxy" or "none")."""
+
+    argv: tuple[str, ...]
+    resume: tuple[str, ...] = ()
+    base_url_var: str | None = None
+    network: str = "proxy"
+
+    @property
+    def needs_proxy(self) -> bool:
+        """Whether the worker talks to its model (through the metering proxy)."""
+        return self.network == "proxy"
+
+    def render(
+        self,
+        *,
+        model: str,
+        workspace: str,
+        prompt_file: str,
+        python: str,
+        session: str | None = None,
+    ) -> list[str]:
+        """The worker's argv with placeholders filled; with `session`, the resume arguments appended."""
+        values = {"model": model, "workspace": workspace, "prompt_file": prompt_file, "python": python}
+        argv = [_fill(a, values) for a in self.argv]
+        if session is not None:
+            if not self.resume:
+                raise Refusal("resume_unsupported", f"the worker of {model!r} has no resume arguments")
+            argv += [_fill(a, {**values, "session": session}) for a in self.resume]
+        return argv
+
+    def to_json(self) -> dict[str, Any]:
+        return {"argv": list(self.argv), "resume": list(self.resume), "base_url_var": self.base_url_var,
+                "network": self.network}  # fmt: skip
+
+
+def _fill(arg: str, values: Mapping[str, str]) -> str:
+    # One pass, so a filled value that itself looks like a placeholder is left alone.
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), arg)
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """One catalog entry. `credential_env` is a variable name; its value is never held here."""
+
+    id: str
+    api_model: str
+    provider: str
+    api_shape: str
+    base_url: str
+    base_url_env: str | None
+    credential_env: str
+    pricing_key: str
+    lane: str
+    worker: WorkerTemplate | None
+
+    def effective_base_url(self, env: Mapping[str, str] | None = None) -> str:
+        """`base_url`, or the value of `base_url_env` when that variable is set and not empty."""
+        source = os.environ if env is None else env
+        if self.base_url_env and source.get(self.base_url_env):
+            return source[self.base_url_env]
+        return self.base_url
+
+    def credential_set(self, env: Mapping[str, str] | None = None) -> bool | None:
+        """Whether the credential variable is set (None when the model needs no credential)."""
+        if not self.credential_env:
+            return None
+        return bool((os.environ if env is None else env).get(self.credential_env))
+
+    @property
+    def family(self) -> str:
+        """The id's prefix before its first '-' (e.g. `sim` for `sim-flash`)."""
+        return self.id.split("-", 1)[0].lower()
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as configured (no credential value: there is none here to show)."""
+        return {
+            "id": self.id,
+            "api_model": self.api_model,
+            "provider": self.provider,
+            "api_shape": self.api_shape,
+            "base_url": self.base_url,
+            "base_url_env": self.base_url_env,
+            "credential_env": self.credential_env,
+            "pricing_key": self.pricing_key,
+            "lane": self.lane,
+            "worker": None if self.worker is None else self.worker.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A validated catalog, where it came from, and the sha256 of its bytes."""
+
+    models: tuple[CatalogModel, ...]
+    path: str
+    sha256: str
+    source: str
+    """How it was found: "flag" (`--catalog`), "env" (`PROCTOR_CATALOG`) or "bundled"."""
+
+    def ids(self) -> list[str]:
+        return [m.id for m in self.models]
+
+    def get(self, model_id: str) -> CatalogModel | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+    def in_lane(self, lane: str) -> list[CatalogModel]:
+        return [m for m in self.models if m.lane == lane]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "source": self.source, "ids": self.ids()}
+
+
+def catalog_location(explicit: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """(path, source) of the catalog to use: `--catalog`, then `PROCTOR_CATALOG`, then the bundled one."""
+    if explicit is not None:
+        return os.path.abspath(os.fspath(explicit)), "flag"
+    from_env = os.environ.get(CATALOG_ENV)
+    if from_env:
+        return os.path.abspath(from_env), "env"
+    return str(BUNDLED_CATALOG), "bundled"
+
+
+def load_catalog(explicit: str | os.PathLike[str] | None = None) -> Catalog:
+    """Find, read (once) and validate the catalog."""
+    path, source = catalog_location(explicit)
+    data = read_bytes(path, max_bytes=_MAX_BYTES)
+    return parse_catalog(data, path, source=source)
+
+
+def parse_catalog(data: bytes, path: str, *, source: str = "flag") -> Catalog:
+    """Validate catalog bytes (exactly as read) into a `Catalog`; every problem is `catalog_invalid`."""
+
+    def bad(message: str, **details: Any) -> Refusal:
+        return Refusal("catalog_invalid", message, path, **details)
+
+    digest = sha256_hex(data)
+    try:
+        text = data.decode("utf-8", "strict")
+    except UnicodeDecodeError as exc:
+        raise bad(f"not UTF-8 at byte {exc.start}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # includes duplicate keys and redefined tables
+        raise bad(f"not valid TOML: {exc}") from None
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise bad(f"unknown top-level keys: {', '.join(unknown)} (expected [[model]] tables)")
+    entries = doc.get("model")
+    if not isinstance(entries, list) or not entries:
+        raise bad("the catalog must hold at least one [[model]] table")
+    models: list[CatalogModel] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        model = _model(entry, index, bad)
+        if model.id in seen:
+            raise bad(f"duplicate id {model.id!r} (model[{seen[model.id]}] and model[{index}])", id=model.id)
+        seen[model.id] = index
+        models.append(model)
+    return Catalog(models=tuple(models), path=path, sha256=digest, source=source)
+
+
+def _model(entry: Any, index: int, bad: Any) -> CatalogModel:
+    where = f"model[{index}]"
+    if not isinstance(entry, dict):
+        raise bad(f"{where} must be a table")
+    unknown = sorted(set(entry) - _MODEL_KEYS)
+    if unknown:
+        raise bad(f"{where}: unknown keys: {', '.join(unknown)}")
+    for key in _MODEL_REQUIRED:
+        if key not in entry:
+            raise bad(f"{where}: {key} is required")
+    model_id = _text(entry, "id", where, bad)
+    if not _ID.match(model_id):
+        raise bad(f"{where}.id {model_id!r}: 1-128 of letters, digits and ._:/@+- starting with a letter or digit")
+    where = f"model {model_id!r}"
+    api_model = _text(entry, "api_model", where, bad) if "api_model" in entry else model_id
+    provider = _text(entry, "provider", where, bad)
+    shape = _text(entry, "api_shape", where, bad)
+    if shape not in API_SHAPES:
+        raise bad(f"{where}: api_shape {shape!r} is not one of {', '.join(API_SHAPES)}")
+    base_url = _text(entry, "base_url", where, bad)
+    if not re.match(r"^https?://[^\s/]+", base_url):
+        raise bad(f"{where}: base_url must be an http:// or https:// URL")
+    base_url_env = _env_name(entry, "base_url_env", where, bad) if "base_url_env" in entry else None
+    credential_env = entry["credential_env"]
+    if not isinstance(credential_env, str):
+        raise bad(f"{where}: credential_env must be a string (a variable name, or \"\" for none)")
+    if credential_env and not _ENV_NAME.match(credential_env):
+        # Never echo it: a key pasted here by mistake must not reach a terminal or a log.
+        raise bad(f"{where}: credential_env must be the NAME of an environment variable (letters, digits, _), not a key")
+    pricing_key = _text(entry, "pricing_key", where, bad)
+    lane = _text(entry, "lane", where, bad)
+    if lane not in LANES:
+        raise bad(f"{where}: lane {lane!r} is not one of {', '.join(LANES)}")
+    worker = _worker(entry["worker"], where, bad) if "worker" in entry else None
+    return CatalogModel(
+        id=model_id,
+        api_model=api_model,
+        provider=provider,
+        api_shape=shape,
+        base_url=base_url,
+        base_url_env=base_url_env,
+        credential_env=credential_env,
+        pricing_key=pricing_key,
+        lane=lane,
+        worker=worker,
+    )
+
+
+def _worker(value: Any, where: str, bad: Any) -> WorkerTemplate:
+    where = f"{where}.worker"
+    if not isinstance(value, dict):
+        raise bad(f"{where} must be a table")
+    unknown = sorted(set(value) - _WORKER_KEYS)
+    if unknown:
+        raise bad(f"{where}: unknown keys: {', '.join(unknown)}")
+    if "argv" not in value:
+        raise bad(f"{where}: argv is required")
+    argv = _argv(value["argv"], f"{where}.argv", ARGV_PLACEHOLDERS, bad, allow_empty=False)
+    resume = _argv(value.get("resume", []), f"{where}.resume", RESUME_PLACEHOLDERS, bad, allow_empty=True)
+    base_url_var = _env_name(value, "base_url_var", where, bad) if "base_url_var" in value else None
+    network = value.get("network", "proxy")
+    if network not in WORKER_NETWORKS:
+        raise bad(f"{where}: network must be one of {', '.join(WORKER_NETWORKS)}, not {network!r}")
+    return WorkerTemplate(argv=argv, resume=resume, base_url_var=base_url_var, network=network)
+
+
+def _argv(value: Any, where: str, allowed: Sequence[str], bad: Any, *, allow_empty: bool) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise bad(f"{where} is a shell string; give an array of strings")
+    if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+        raise bad(f"{where} must be an array of non-empty strings")
+    if not value and not allow_empty:
+        raise bad(f"{where} must not be empty")
+    for arg in value:
+        for name in _PLACEHOLDER.findall(arg):
+            if name not in allowed:
+                raise bad(f"{where}: unknown placeholder {{{name}}} (known: {', '.join(allowed)})")
+    return tuple(value)
+
+
+def _text(entry: Mapping[str, Any], key: str, where: str, bad: Any) -> str:
+    value = entry[key]
+    if not isinstance(value, str) or not value.strip():
+        raise bad(f"{where}: {key} must be a non-empty string")
+    return value
+
+
+def _env_name(entry: Mapping[str, Any], key: str, where: str, bad: Any) -> str:
+    value = entry[key]
+    if not isinstance(value, str) or not _ENV_NAME.match(value):
+        raise bad(f"{where}: {key} must be an environment variable name (letters, digits, _)")
+    return value
+
+
+def family_of(catalog: Catalog, model_id: str) -> list[str]:
+    """Ids of the same family as `model_id`: the same prefix before the first '-', or the same provider.
+
+    An unknown id has no provider of its own; its prefix names one when it
+    equals a provider (`openai-...`), and the providers of the ids sharing its
+    prefix count as its family too.
+    """
+    prefix = model_id.split("-", 1)[0].lower()
+    providers = {m.provider.lower() for m in catalog.models if m.family == prefix}
+    providers.add(prefix)
+    known = catalog.get(model_id)
+    if known is not None:
+        providers.add(known.provider.lower())
+    return [m.id for m in catalog.models if m.family == prefix or m.provider.lower() in providers]
+
+
+def resolve_model(catalog: Catalog, model_id: str) -> CatalogModel:
+    """The catalog entry `model_id`; refuses `unknown_model` listing the ids of its family."""
+    found = catalog.get(model_id)
+    if found is not None:
+        return found
+    family = family_of(catalog, model_id)
+    hint = f"same family: {', '.join(family)}" if family else f"known ids: {', '.join(catalog.ids())}"
+    raise Refusal(
+        "unknown_model",
+        f"no model {model_id!r} in the catalog ({hint})",
+        catalog.path,
+        family=family,
+        known=catalog.ids(),
+    )
+
+
+def price_of(pricing: Any, model: CatalogModel) -> dict[str, Any] | None:
+    """The model's prices ($/Mtok) from a `harness.meter.pricing.PricingTable`, or None when unpriced."""
+    price = pricing.get(model.pricing_key) if pricing is not None else None
+    if price is None:
+        return None
+    return {
+        "input_per_mtok": price.input_per_mtok,
+        "output_per_mtok": price.output_per_mtok,
+        "cached_input_per_mtok": price.cached_input_per_mtok,
+        "cache_write_per_mtok": price.cache_write_per_mtok,
+        "reasoning_per_mtok": "billed_as_output" if price.reasoning_per_mtok is None else price.reasoning_per_mtok,
+        "tiers": len(price.tiers),
+        "notional": price.notional,
+    }
+
+
+def describe_catalog(
+    catalog_path: str | os.PathLike[str] | None = None, pricing_path: str | os.PathLike[str] | None = None
+) -> dict[str, Any]:
+    """What is configured and what it costs: `proctor catalog`.
+
+    For each model: its lane, provider, shape, whether its credential variable
+    is set (never the value) and its prices from the pricing table
+    (`unpriced` when the table has no entry for its pricing key).
+    """
+    from harness.meter.pricing import load_pricing
+
+    catalog = load_catalog(catalog_path)
+    pricing = load_pricing(pricing_path)
+    rows = []
+    for model in catalog.models:
+        prices = price_of(pricing, model)
+        credential = model.credential_set()
+        rows.append(
+            {
+                "id": model.id,
+                "lane": model.lane,
+                "provider": model.provider,
+                "api_shape": model.api_shape,
+                "base_url": model.effective_base_url(),
+                "credential_env": model.credential_env or None,
+                "credential": "not needed" if credential is None else ("yes" if credential else "no"),
+                "pricing_key": model.pricing_key,
+                "price": prices if prices is not None else "unpriced",
+                "worker": model.worker is not None,
+                "worker_network": None if model.worker is None else model.worker.network,
+            }
+        )
+    return {
+        "ok": True,
+        "catalog": catalog.to_json(),
+        "pricing": {"path": pricing.path, "sha256": pricing.sha256, "notional": pricing.notional},
+        "models": rows,
+    }
+
+
+def cheapest_in_lane(
+    catalog: Catalog, lane: str, pricing: Any, exclude_providers: Sequence[str] = ()
+) -> tuple[CatalogModel | None, list[dict[str, Any]]]:
+    """`--model auto`: the lane's model with the lowest output price (unpriced last, then catalog order).
+
+    Models of an excluded provider (one that failed in this lane) and models
+    without a worker are skipped. Returns the pick (None when nothing is left)
+    and every candidate considered, with why it was or was not eligible.
+    """
+    considered: list[dict[str, Any]] = []
+    eligible: list[tuple[float, int, CatalogModel]] = []
+    for index, model in enumerate(catalog.in_lane(lane)):
+        price = pricing.get(model.pricing_key) if pricing is not None else None
+        output = None if price is None else price.output_per_mtok
+        row: dict[str, Any] = {"id": model.id, "provider": model.provider, "output_per_mtok": output}
+        if model.provider in exclude_providers:
+            row["skipped"] = "provider failed in this lane"
+        elif model.worker is None:
+            row["skipped"] = "no worker template"
+        else:
+            eligible.append((float("inf") if output is None else output, index, model))
+        considered.append(row)
+    eligible.sort(key=lambda item: (item[0], item[1]))
+    return (eligible[0][2] if eligible else None), considered
+
+
+def worker_env(model: CatalogModel, catalog: Catalog, base_url: str) -> dict[str, str]:
+    """Environment for a worker running `model`: its id, the catalog, and its base URL variables.
+
+    `base_url` (the metering proxy's, or the model's own) goes into the
+    worker's `base_url_var` and into the model's `base_url_env`, so a worker
+    that resolves the model from `PROCTOR_CATALOG` reaches the same endpoint.
+    The credential variable is not set here: the worker inherits it.
+    """
+    env = {"PROCTOR_MODEL": model.id, CATALOG_ENV: catalog.path}
+    if model.base_url_env:
+        env[model.base_url_env] = base_url
+    if model.worker is not None and model.worker.base_url_var:
+        env[model.worker.base_url_var] = base_url
+    return env

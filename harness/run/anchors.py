@@ -1,0 +1,43 @@
+"""Anchors for `anchors.jsonl`: every chained log's line count and head, every manifest's sha256.
+
+Written every `ANCHOR_EVERY_S` seconds while a stage runs and at the end of
+each invocation. No anchor command (a git push of a snapshot) is run yet.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from harness.evidence.chain import verify_log
+from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.run.records import ANCHOR_KIND
+
+__all__ = ["ANCHOR_EVERY_S", "anchor_record"]
+
+ANCHOR_EVERY_S: Final = 15 * 60.0
+
+
+def anchor_record(
+    at: float, reason: str, logs: Mapping[str, tuple[str, str]], manifests: Mapping[str, str]
+) -> dict[str, Any]:
+    """The `anchor.v1` record: `logs` maps a name to (path, seed), `manifests` a name to a path.
+
+    A log with a problem is anchored with its intact lines and `problem`; an
+    absent log or manifest is anchored as absent (lines 0 / sha256 null).
+    """
+    out_logs: dict[str, Any] = {}
+    for name, (path, seed) in logs.items():
+        if not os.path.lexists(path):
+            out_logs[name] = {"lines": 0, "head": None}
+            continue
+        status = verify_log(path, seed)
+        entry: dict[str, Any] = {"lines": status.lines, "head": status.head}
+        if status.problem is not None:
+            entry["problem"] = status.problem.to_json()
+        out_logs[name] = entry
+    out_manifests = {
+        name: (sha256_hex(read_bytes(path)) if os.path.exists(path) else None) for name, path in manifests.items()
+    }
+    return {"kind": ANCHOR_KIND, "at": at, "reason": reason, "logs": out_logs, "manifests": out_manifests}

@@ -1,0 +1,71 @@
+"""Host samples for `host.jsonl`: load, memory, pressure (where the kernel has it) and disk.
+
+Each sampler reads /proc or statvfs and never raises: a source that cannot be
+read is null in the sample with its error listed. A sample is a failure when
+load, memory and disk all failed; the runner stops with cause `sampler` when
+samples have failed for `SAMPLER_FAIL_S` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Final
+
+from harness.run.records import HOST_KIND
+
+__all__ = ["SAMPLER_FAIL_S", "SAMPLE_EVERY_S", "host_sample", "sample_failed"]
+
+SAMPLE_EVERY_S: Final = 30.0
+SAMPLER_FAIL_S: Final = 300.0
+
+
+def _meminfo() -> dict[str, int]:
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    def kib(name: str) -> int:
+        return int(fields[name].split()[0]) * 1024
+    return {"total_bytes": kib("MemTotal"), "available_bytes": kib("MemAvailable")}
+
+
+def _pressure() -> dict[str, str] | None:
+    out: dict[str, str] = {}
+    for name in ("cpu", "memory", "io"):
+        try:
+            with open(f"/proc/pressure/{name}", encoding="ascii") as fh:
+                out[name] = fh.read().strip()
+        except OSError:
+            continue
+    return out or None
+
+
+def host_sample(at: float, reason: str, disk_path: str) -> dict[str, Any]:
+    """One `host-sample.v1` record (without chain fields), taken now."""
+    errors: list[str] = []
+    record: dict[str, Any] = {"kind": HOST_KIND, "at": at, "wall": time.time(), "monotonic": time.monotonic(),
+                              "reason": reason}
+    try:
+        record["load"] = list(os.getloadavg())
+    except OSError as exc:
+        record["load"] = None
+        errors.append(f"load: {exc}")
+    try:
+        record["memory"] = _meminfo()
+    except (OSError, KeyError, ValueError, IndexError) as exc:
+        record["memory"] = None
+        errors.append(f"memory: {exc!r}")
+    record["pressure"] = _pressure()
+    try:
+        st = os.statvfs(disk_path)
+        record["disk"] = {"path": disk_path, "total_bytes": st.f_blocks * st.f_frsize,
+                          "free_bytes": st.f_bavail * st.f_frsize}
+    except OSError as exc:
+        record["disk"] = None
+        errors.append(f"disk: {exc}")
+    record["errors"] = errors
+    return record
+
+
+def sample_failed(record: dict[str, Any]) -> bool:
+    """A sample that measured nothing (load, memory and disk all failed)."""
+    return record["load"] is None and record["memory"] is None and record["disk"] is None

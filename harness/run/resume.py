@@ -1,0 +1,350 @@
+"""Resume: check an attempts log against its plan and schedule what each run is owed.
+
+`schedule(plan, attempts)` is the pure core; `resume(...)` reads the files,
+calls it and writes the schedule. The attempts log is checked line by line
+first; any problem refuses the whole log, naming the line:
+
+    attempt_invalid                  the record is not a valid `model-attempt.v1`
+    attempt_response_hash_mismatch   response_sha256 is not the hash of response_raw
+    attempt_unknown_run_id           the run id is not in the plan (or not in the selected stage)
+    attempt_request_changed          the request sha256 is not the plan's
+    attempt_after_delivery           any attempt after a delivered one for the same run
+    attempt_after_final              an attempt after a non-retryable error
+    attempt_limit_exceeded           an attempt after the transport retries ran out
+    attempt_numbering_invalid        attempts per run id are not 1, 2, 3... in log order
+    log_broken, log_torn_tail        the chain reader's refusals (a torn tail needs `proctor ledger repair`)
+    log_seed_mismatch                the log was started for another study or stage
+
+Then each run of the plan, in plan order, has one state:
+
+    delivered    a delivered response stands; it is never rescheduled
+    pending      `next_attempt` is owed: 1 when nothing was tried, n + 1 after a
+                 transport-class error (transport, timeout, rate_limited,
+                 server_error) on attempt n, while n <= transport_retries
+    exhausted    transport_retries + 1 transport-class errors (four by default):
+                 labelled, never replaced by the schedule
+    final_error  a non-retryable error ends the run's attempts; `class` says whose:
+                 operator      auth, billing, quota: a person must act (the runner pauses)
+                 model         context_length, content_filter: the system's own
+                               behaviour; stands as its result
+                 inconclusive  bad_request, malformed_response: says nothing about
+                               the model; stands, and the runner may rerun it
+                 harness       AttemptDeadline, harness_error
+                 ceiling       budget_stop
+
+Transport-class errors have class `provider`. Reruns of a whole run (with the
+replaced attempts archived) are the runner's decision, not this schedule's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.errors import Refusal
+from harness.evidence.chain import read_log, seed_hash
+from harness.evidence.fsutil import atomic_write
+from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
+from harness.run.attempts import Plan, PlanRequest, read_plan, validate_attempt
+
+__all__ = [
+    "ERROR_CLASSES",
+    "MAX_TRANSPORT_RETRIES",
+    "RESUME_HEADER_KIND",
+    "RESUME_RUN_KIND",
+    "STATES",
+    "TRANSPORT_CODES",
+    "AttemptsLog",
+    "RunState",
+    "load_attempts",
+    "resume",
+    "schedule",
+    "schedule_lines",
+]
+
+RESUME_HEADER_KIND: Final = "resume-header.v1"
+RESUME_RUN_KIND: Final = "resume-run.v1"
+STATES: Final = ("delivered", "pending", "exhausted", "final_error")
+MAX_TRANSPORT_RETRIES: Final = 3
+"""At most three transport retries: four attempts in all."""
+
+TRANSPORT_CODES: Final = ("transport", "timeout", "rate_limited", "server_error")
+ERROR_CLASSES: Final[Mapping[str, str]] = {
+    **dict.fromkeys(TRANSPORT_CODES, "provider"),
+    **dict.fromkeys(("auth", "billing", "quota"), "operator"),
+    **dict.fromkeys(("context_length", "content_filter"), "model"),
+    **dict.fromkeys(("bad_request", "malformed_response"), "inconclusive"),
+    **dict.fromkeys(("AttemptDeadline", "harness_error"), "harness"),
+    "budget_stop": "ceiling",
+}
+"""The failure class of every attempt error code."""
+
+PathArg = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where one run stands.
+
+    Attributes:
+        state: one of `STATES`.
+        next_attempt: the attempt number owed (pending only), else None.
+        attempts: how many attempts the log holds for it.
+        failure_class: the class of its last error (`ERROR_CLASSES`), else None.
+        error_code: its last attempt's error code, else None.
+        lines: the attempts log lines of its attempts, in order.
+    """
+
+    run_id: str
+    state: str
+    next_attempt: int | None
+    attempts: int
+    failure_class: str | None = None
+    error_code: str | None = None
+    lines: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The `resume-run.v1` line."""
+        return {
+            "kind": RESUME_RUN_KIND,
+            "run_id": self.run_id,
+            "state": self.state,
+            "next_attempt": self.next_attempt,
+            "attempts": self.attempts,
+            "class": self.failure_class,
+            "error_code": self.error_code,
+        }
+
+
+def _is_repair(record: Mapping[str, Any]) -> bool:
+    """A torn-tail repair the chained log recorded: evidence about the log, not an attempt."""
+    return record.get("event") == "log_repair" and "kind" not in record
+
+
+def _selected(plan: Plan, stage: str | None) -> dict[str, PlanRequest]:
+    if stage is None:
+        return dict(plan.by_run_id)
+    if stage not in plan.stages:
+        known = ", ".join(repr(s) for s in plan.stages)
+        raise Refusal("resume_stage_unknown", f"the plan has no stage {stage!r} (it has {known})", plan.path)
+    return {r.run_id: r for r in plan.requests if r.stage == stage}
+
+
+def _check_line(
+    record: Mapping[str, Any],
+    line: int,
+    plan: Plan,
+    runs: Mapping[str, PlanRequest],
+    earlier: Sequence[tuple[int, Mapping[str, Any]]] | None,
+    limit: int,
+    path: str | None,
+) -> None:
+    """Check one valid attempt record against the plan and the run's earlier attempts."""
+    run_id, number = record["run_id"], record["attempt"]
+
+    def bad(message: str, code: str) -> Refusal:
+        return Refusal(code, f"line {line}: {message}", path, line=line, run_id=run_id, attempt=number)
+
+    request = runs.get(run_id)
+    if request is None or earlier is None:
+        other = plan.by_run_id.get(run_id)
+        why = "is not in the plan" if other is None else f"belongs to stage {other.stage!r}"
+        raise bad(f"run id {run_id!r} {why}", "attempt_unknown_run_id")
+    if record["request_sha256"] != request.request_sha256:
+        raise bad(
+            f"request_sha256 {record['request_sha256']} is not the plan's {request.request_sha256}",
+            "attempt_request_changed",
+        )
+    if earlier:
+        last = earlier[-1][1]
+        if last["outcome"] == "delivered":
+            raise bad(f"attempt {number} follows the delivered attempt {last['attempt']}", "attempt_after_delivery")
+        if last["error_code"] not in TRANSPORT_CODES:
+            raise bad(
+                f"attempt {number} follows attempt {last['attempt']}'s final error {last['error_code']}",
+                "attempt_after_final",
+            )
+        if len(earlier) >= limit:
+            raise bad(
+                f"attempt {number} follows {limit} transport-class errors (at most {limit} attempts)",
+                "attempt_limit_exceeded",
+            )
+    if number != len(earlier) + 1:
+        what = "repeats an earlier attempt" if number <= len(earlier) else "skips a number"
+        raise bad(f"attempt {number} {what}: expected attempt {len(earlier) + 1}", "attempt_numbering_invalid")
+
+
+def _state(run_id: str, history: Sequence[tuple[int, Mapping[str, Any]]], limit: int) -> RunState:
+    n = len(history)
+    if n == 0:
+        return RunState(run_id, "pending", 1, 0)
+    lines = tuple(line for line, _ in history)
+    last = history[-1][1]
+    if last["outcome"] == "delivered":
+        return RunState(run_id, "delivered", None, n, lines=lines)
+    code = last["error_code"]
+    cls = ERROR_CLASSES[code]
+    if code not in TRANSPORT_CODES:
+        return RunState(run_id, "final_error", None, n, cls, code, lines)
+    if n < limit:
+        return RunState(run_id, "pending", n + 1, n, cls, code, lines)
+    return RunState(run_id, "exhausted", None, n, cls, code, lines)
+
+
+def schedule(
+    plan: Plan,
+    attempts: Sequence[Mapping[str, Any]],
+    *,
+    stage: str | None = None,
+    transport_retries: int = MAX_TRANSPORT_RETRIES,
+    path: str | None = None,
+) -> list[RunState]:
+    """The state of every run of `plan` (of `stage`, when given) after `attempts`, in plan order.
+
+    Args:
+        plan: the plan the attempts were made for.
+        attempts: the attempts log's records in log order (line i+1 is attempts[i]);
+            recorded torn-tail repairs are skipped.
+        stage: only this stage's runs (its own attempts log), or every run.
+        transport_retries: the registered retries after a transport-class error, 0 to 3.
+        path: the attempts log, named in refusals.
+
+    Raises:
+        Refusal: naming the first bad line (see the module docstring), or
+            `resume_stage_unknown`.
+    """
+    if isinstance(transport_retries, bool) or not 0 <= transport_retries <= MAX_TRANSPORT_RETRIES:
+        raise ValueError(f"transport_retries must be 0 to {MAX_TRANSPORT_RETRIES}")
+    limit = transport_retries + 1
+    runs = _selected(plan, stage)
+    history: dict[str, list[tuple[int, Mapping[str, Any]]]] = {run_id: [] for run_id in runs}
+    for line, record in enumerate(attempts, start=1):
+        if isinstance(record, Mapping) and _is_repair(record):
+            continue
+        validate_attempt(record, line, path=path)
+        earlier = history.get(record["run_id"])
+        _check_line(record, line, plan, runs, earlier, limit, path)
+        assert earlier is not None
+        earlier.append((line, record))
+    return [_state(run_id, history[run_id], limit) for run_id in runs]
+
+
+# --------------------------------------------------------------------------
+# I/O at the edges
+
+
+@dataclass(frozen=True)
+class AttemptsLog:
+    """An attempts log read whole: its records, the sha256 of exactly the bytes verified, its head."""
+
+    path: str
+    seed: str | None
+    records: list[dict[str, Any]]
+    sha256: str
+    head: str
+
+
+def load_attempts(path: PathArg, expected_seed: str) -> AttemptsLog:
+    """Read and verify a chained attempts log; its seed must be `expected_seed` (if it has a line)."""
+    p = os.fspath(path)
+    records = read_log(p)
+    # Every verified line is canonical, so re-encoding the records gives back exactly the
+    # bytes that were hashed and chained: the log is read once.
+    lines = [canonical_bytes(r) for r in records]
+    seed = records[0]["seed"] if records else None
+    if seed is not None and seed != expected_seed:
+        raise Refusal(
+            "log_seed_mismatch",
+            f"line 1: the attempts log was started as {seed!r}, this plan's is {expected_seed!r}",
+            p, line=1,
+        )
+    head = sha256_hex(lines[-1]) if lines else seed_hash(expected_seed)
+    return AttemptsLog(p, seed, records, sha256_hex(b"".join(x + b"\n" for x in lines)), head)
+
+
+def schedule_lines(
+    plan: Plan, states: Sequence[RunState], log: AttemptsLog | None, *, stage: str | None, transport_retries: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `resume-header.v1` object and the `resume-run.v1` objects of a schedule."""
+    counts = Counter(s.state for s in states)
+    classes = Counter(s.failure_class for s in states if s.state == "final_error")
+    header: dict[str, Any] = {
+        "kind": RESUME_HEADER_KIND,
+        "study": plan.study,
+        "scope": plan.scope,
+        "stage": stage,
+        "plan_sha256": plan.sha256,
+        "attempts_seed": plan.attempts_seed(stage),
+        "transport_retries": transport_retries,
+        "max_attempts": transport_retries + 1,
+        "runs": len(states),
+        "counts": {state: counts.get(state, 0) for state in STATES},
+        "final_error_classes": dict(sorted((str(k), v) for k, v in classes.items())),
+    }
+    if log is not None:
+        header.update(attempts_sha256=log.sha256, attempts_lines=len(log.records), attempts_head=log.head)
+    return header, [s.to_json() for s in states]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _write(out: str, data: bytes) -> None:
+    try:
+        atomic_write(out, data, mode=0o644)
+    except FileNotFoundError:
+        raise Refusal("folder_missing", "the output's folder does not exist", out) from None
+    except IsADirectoryError:
+        raise Refusal("not_a_regular_file", "the output is a folder", out) from None
+    except PermissionError:
+        raise Refusal("file_unwritable", "permission denied", out) from None
+
+
+def resume(
+    plan_path: PathArg,
+    attempts_path: PathArg | None,
+    out_path: PathArg,
+    *,
+    stage: str | None = None,
+    transport_retries: int = MAX_TRANSPORT_RETRIES,
+) -> dict[str, Any]:
+    """Check the attempts log against the plan and write the schedule to `out_path` atomically.
+
+    Args:
+        plan_path: the plan file.
+        attempts_path: the chained attempts log, or None before any attempt was made.
+        out_path: where the canonical JSONL schedule goes (never the plan or the log).
+        stage: schedule only this stage's runs; the log's seed must then name it.
+        transport_retries: the registered retries after a transport-class error (0 to 3).
+
+    Returns:
+        The result printed by `proctor resume`: the hashes and the counts.
+    """
+    out = os.fspath(out_path)
+    inputs = [os.fspath(plan_path)] + ([] if attempts_path is None else [os.fspath(attempts_path)])
+    if any(os.path.abspath(out) == os.path.abspath(p) or _same_file(out, p) for p in inputs):
+        raise Refusal("resume_out_conflict", "the output would overwrite an input", out)
+    plan = read_plan(plan_path)
+    _selected(plan, stage)  # an unknown stage is named before the log's seed is compared
+    log = None if attempts_path is None else load_attempts(attempts_path, plan.attempts_seed(stage))
+    states = schedule(
+        plan, [] if log is None else log.records, stage=stage,
+        transport_retries=transport_retries, path=None if log is None else log.path,
+    )
+    header, runs = schedule_lines(plan, states, log, stage=stage, transport_retries=transport_retries)
+    data = b"".join(canonical_line(obj) for obj in (header, *runs))
+    _write(out, data)
+    result: dict[str, Any] = {
+        "ok": True,
+        "out": out,
+        "schedule_sha256": sha256_hex(data),
+        **{k: v for k, v in header.items() if k != "kind"},
+    }
+    return result

@@ -1,1 +1,0 @@
-"""Studies: preregistration, the deterministic plan, attempts, the runner and the report."""
