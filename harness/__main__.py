@@ -1,4 +1,7 @@
-"""`python -m harness` is the `proctor` command."""
+"""`python -m harness` is the `proctor` command.
+
+The manual: docs/commands.md.
+"""
 
 from harness.cli.main import main
 

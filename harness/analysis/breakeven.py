@@ -1,20 +1,6 @@
 """Break-even for cheap-first routing: a cascade (cheap system, then strong system) from fixed arms.
 
-A cascade runs the cheap system on an item, a gate judges its answer, and only a
-rejected answer goes to the strong system. With cheap cost b, gate cost v, strong
-cost s (means per attempt) and cheap pass rate q:
-
-    predicted cascade cost   b + v + (1 - q) s
-    predicted savings        q - (b + v) / s       (= 1 - cost / s, a fraction of s)
-    break-even               q* = (b + v) / s
-
-When the gate is the hidden test itself (the oracle gate), the cascade of two
-single-shot arms is composed exactly from the fixed arms' attempts, paired on
-(stage, item, repeat): passed = cheap passed or (cheap failed and strong passed),
-cost = cheap cost + v + (strong cost if cheap failed). That is an upper bound on
-any real gate; `sensitivity_grid` shows a noisy gate (see its docstring). A live
-cascade (escalation with an evidence packet) is not a composition of fixed arms
-and must be run as its own arm.
+The manual: docs/analysis.md.
 """
 
 from __future__ import annotations

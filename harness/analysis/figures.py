@@ -1,22 +1,6 @@
 """The analysis figures: the comparisons' forest plot and the cheap-first savings plot (PNG and SVG).
 
-matplotlib is imported inside each function (the CLI must start fast), with the
-Agg backend, and figures are built as `matplotlib.figure.Figure` objects (never
-through pyplot's global figure list). The bytes are deterministic for equal
-input: the SVG hash salt is fixed (it names clip paths), and the metadata that
-would change between runs or installs is left out (PNG `Software`; SVG `Date`
-and `Creator`). Each file is written whole (`atomic_write`).
-
-    forest_plot    one row per comparison ("stage: a vs b (arm), verdict"): the
-                   1 - 2 alpha interval of d = p_a - p_b and its point estimate, with
-                   vertical lines at -margin, 0 and +margin; a comparison that could not
-                   be made is a row that says so
-    savings_plot   predicted savings q - (b + v)/s against the cheap pass rate q for each
-                   cascade, the break-even line (savings 0; each cascade crosses it at
-                   q* = (b + v)/s, marked), the observed point (q, predicted savings)
-                   labelled, and the composed (measured) savings 1 - cost ratio
-
-Both draw a labelled empty figure when the frame has no rows.
+The manual: docs/analysis.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,6 @@
 """A study's analysis: every table the analysis notebook shows, from validated results only.
 
-`analyze_study(results)` finds the study's stage folders and its preregistration
-(`harness.audit.results.open_study`), validates and scores each stage with
-`harness.audit.report.build_report` (any refusal propagates unchanged: nothing is
-analysed from results that do not validate), then computes the tables with
-`analyze_frame`, a pure function of the scored-attempts frame and the registered
-design. Per-row work stays in polars (joins and group_bys); Python runs once per
-(stage, comparison) or (stage, arm, cascade) on aggregated counts.
-
-The tables (`StudyAnalysis.tables()`, in display order):
-
-    validation   one row per stage: the report's summary (cells, standing, passed, hashes)
-    q            `harness.analysis.tables.q_table` at the registered alpha
-    comparisons  one row per (stage, registered comparison). Paired (`paired_tost`): the
-                 standing cells of a and b paired on (item, repeat), then the 2x2 counts and,
-                 with repeats and `clustering = "item"`, the item-clustered SE, into
-                 `harness.stats.paired.paired_from_counts` (what `paired_comparison`
-                 computes, from counts); the verdict is the Tango score TOST's (`method`).
-                 Independent (`independent_tost`): `independent_tost` on each system's standing
-                 cells (`method` "wald_independent"). A comparison a stage cannot make (a system
-                 or the arm not in it, no paired cells) is a row of nulls with a `note`.
-    breakeven    one row per (stage, arm, cheap, strong): systems ordered by measured mean cost
-                 per standing cell (ties: design order), every (cheaper, dearer) pair through
-                 `harness.analysis.breakeven.break_even` on their cells paired on (item, repeat)
-                 with the hidden test as the gate (exact; the `note` says so). A cascade that
-                 cannot be composed (unknown costs, no paired cells) is a row with a `note`.
-    sensitivity  `sensitivity_grid` of every composed cascade, with stage, arm, cheap, strong
-    power        one row per (stage, registered comparison): `harness.stats.power` at the
-                 stage's registered items (distinct items when repeats are clustered by item,
-                 items x repeats when `clustering = "none"`), the items needed for the
-                 registered power, the minimum detectable margin; infeasible inputs give nulls
-                 and a `note`
-    provenance   sha256 of the preregistration's files, each stage's plan, each chained log's
-                 lines and head, and the versions of the harness, Python, polars, scipy and
-                 matplotlib; paths relative to the preregistration folder (`prereg:` rows) or
-                 the study folder, so the table does not depend on where the folders lie
-
-`write_tables` writes one CSV per table; floats are written with 12 significant
-digits (`format(x, ".12g")`), so the same analysis gives the same bytes.
+The manual: docs/analysis.md.
 """
 
 from __future__ import annotations

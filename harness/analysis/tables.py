@@ -4,6 +4,8 @@ The input is the report's frame of scored attempts (one row per attempt). Every
 per-row computation stays in polars expressions (one `group_by().agg()`); only
 the interval functions run in Python, once per group on the aggregated counts,
 because there are few groups and the exact intervals need scipy.
+
+The manual: docs/analysis.md.
 """
 
 from __future__ import annotations

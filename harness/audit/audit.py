@@ -1,43 +1,6 @@
 """The audit (`proctor audit RESULTS`): a reviewer's check that nothing in a study's results was altered.
 
-`audit_results(path, prereg=None, root=None)` finds the study as `proctor analyze`
-does (`harness.audit.results.open_study`: RESULTS, RESULTS/<study> or one stage
-folder; a folder holding a stage's chained logs but no readable plan is audited
-too, as a break) and checks every stage folder. A problem's `rule` is:
-
-    (report rules)  everything `proctor report` validates (`harness.audit.report.check_stage`):
-                    the preregistration's freeze and amendments, the plan against a fresh plan
-                    of the frozen preregistration (byte for byte), every chained log of the
-                    stage (wire.jsonl included) from its seed, every runner invariant, every
-                    receipt, and every anchor against the logs (the oracle's `anchor` rule)
-    anchor_form     an `anchor.v1` record not of the form the runner and `anchor_outputs` write:
-                    keys, kind, reason (`ANCHOR_REASONS`), types, the logs every anchor names and
-                    the manifests its reason names; a time earlier than the anchor before it or
-                    than a run-log line it anchors, or over a day ahead of the audit's clock;
-                    fewer `end` anchors than `end` events in run.jsonl (anchor lines cut off)
-    output          a file named by a `notebook:<path>` or `output:<path>` manifest (the path is
-                    taken from the stage folder) that is gone, or whose sha256 is not the one
-                    the latest anchor naming it records (an earlier anchor may differ: a later
-                    one re-anchored the file)
-    chain           another chained log (`*.jsonl`) beside the stage's own that does not verify
-    quarantine      a quarantine file named by a log repair that is gone or does not hash as recorded
-    witness         with `run.anchor_remote` registered: the remote cannot be read; a stage's latest
-                    pushed snapshot does not match the folder (each chained log in it must be a
-                    byte prefix of the file now, every other file identical, none gone); a push
-                    run.jsonl records is not in the remote's history; a stage the remote holds
-                    is gone from the study folder (whole-study audits)
-
-What covers what: a chained log's lines but the last are fixed by the next
-line's `prev`; each log's last line by the anchors; anchors.jsonl's own last
-line only by the witness (the remote). Without one, the audit says so: a
-changed digit of that line's time still parses and links. Weaker guarantees
-are reported beside the problems, never as breaks: no remote, anchor lines the
-remote does not hold yet, log lines after the last anchor, files no check
-covers, receipts whose sandbox is `none` or unrecorded, a stage held by a
-running invocation while it was read.
-
-Refusals (nothing can be audited): `results_not_found`, `results_mixed`,
-`prereg_not_found`.
+The manual: docs/audit.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,6 @@
 """The report: a stage folder checked whole, then its standing finals as one polars frame.
 
-`build_report(stage_folder, prereg_dir=...)` checks everything before anything is
-scored, and either returns a `Report` or raises `Refusal("report_refused", ...)`
-naming every problem (`problems=[{file, line, rule, message}, ...]`):
-
-    (freeze code)   the preregistration does not check against its freeze (`check_frozen`);
-                    the rule is the freeze's refusal code (e.g. `prereg_changed_since_freeze`)
-    plan_changed    the stage's `plan.jsonl` is not byte-identical to a fresh plan of the
-                    frozen preregistration for the stage its header names
-    receipt         a standing delivered final whose receipt does not name its run, rerun
-                    and attempt, or whose verdict is not the final's `passed`
-    (oracle rules)  every rule of `harness.audit.oracle.run_problems` run with the frozen
-                    preregistration's registered rules: chains, attempts against the plan,
-                    finals and their receipts' sha256, archives, lanes, admission, spend
-                    conservation against the ceiling, halts, anchors. The report reuses the
-                    oracle, so the two accept and refuse the same folders.
-    malformed       the oracle could not read the records at all (an intact chain whose
-                    last line lost a field or changed a type): named, never a traceback
-
-The frame has exactly the columns of `harness.analysis.tables.ATTEMPT_COLUMNS`, one
-row per standing final (a cell whose latest final's action is `stand`):
-
-    study, stage, system, arm, item, repeat, run_id, lane (the plan's lane, as text)
-    passed      the hidden tests' verdict; a final that stands without an answer (a model
-                error, or reruns exhausted) scores False, and the summary counts these by class
-    cost_usd    the cell's total metered cost over every attempt of every rerun; null when
-                any of them is "unknown"
-    latency_s   the standing final's attempt's latency
-    tokens_*    each category summed over every attempt of every rerun; null when any
-                attempt's usage is unknown
+The manual: docs/audit.md.
 """
 
 from __future__ import annotations

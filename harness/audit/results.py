@@ -1,21 +1,6 @@
 """A study's results folder as a whole: its stage folders and the preregistration they were run from.
 
-`proctor analyze`, `proctor audit` and `notebooks/analysis.ipynb` take one
-folder and must agree on what it holds. `open_study(path)` accepts any of
-
-    RESULTS                  the root a stage runs into (`RESULTS/<study>/<stage>/`)
-    RESULTS/<study>          a study folder
-    RESULTS/<study>/<stage>  one stage folder (a folder holding `plan.jsonl`)
-
-and returns every stage folder of exactly one study, in name order. The
-preregistration is the folder given, or else the one found under
-`<repository root>/prereg/*/` whose `FROZEN.json` has the sha256 that every
-stage's plan header records (`frozen_sha256`): the results name their
-preregistration by hash, never by a path that could be pointed elsewhere.
-
-Refusals: `results_not_found` (no stage folder at that depth), `results_mixed`
-(stages of more than one study, or plans naming different freezes),
-`prereg_not_found` (no preregistration folder holds the recorded freeze).
+The manual: docs/audit.md.
 """
 
 from __future__ import annotations

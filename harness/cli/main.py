@@ -4,6 +4,8 @@ Every command takes `--json` (stdout is then exactly one JSON object: the
 result or the refusal). Exit codes: 0 success, 1 the thing checked failed,
 2 usage error, 3 refused, 4 internal error. Library modules are imported
 inside the handlers so that `proctor --help` starts fast.
+
+The manual: docs/commands.md.
 """
 
 from __future__ import annotations

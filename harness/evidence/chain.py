@@ -1,21 +1,6 @@
-"""Chained append-only JSONL logs (DESIGN.md, "Chained logs").
+"""Chained append-only JSONL logs.
 
-Each line is one JSON object in canonical form (`canonical_bytes`) carrying
-`prev`: the sha256 hex of the previous line's bytes without its newline. The
-first line's `prev` is `seed_hash(seed)` and the first line also carries
-`"seed"`, so a log names its study and itself and can be verified alone.
-
-Writers take an exclusive `flock` on the log, append whole lines with
-`O_APPEND`, and fsync after every append (and the folder when they create the
-file). A last line without a newline is a torn tail: readers report it with its
-line number, writers refuse to append after it until `ChainedLog.repair` has
-moved the torn bytes to a quarantine file and recorded that it did.
-
-Verification is fast on large logs: lines are read in big chunks, hashed with
-hashlib, parsed as one JSON array per chunk, and each line is compared with the
-canonical encoding of the object parsed from it. Any chunk where that fast path
-disagrees is re-checked line by line with the strict reader, which names the
-first bad line and its kind.
+The manual: docs/evidence.md ("Chained logs").
 """
 
 from __future__ import annotations

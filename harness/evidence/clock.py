@@ -1,4 +1,7 @@
-"""A wall clock that never goes backwards."""
+"""A wall clock that never goes backwards.
+
+The manual: docs/evidence.md.
+"""
 
 from __future__ import annotations
 

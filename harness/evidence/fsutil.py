@@ -1,4 +1,7 @@
-"""Durable file writes: temp file, fsync, rename, fsync the folder."""
+"""Durable file writes: temp file, fsync, rename, fsync the folder.
+
+The manual: docs/evidence.md.
+"""
 
 from __future__ import annotations
 

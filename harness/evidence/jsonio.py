@@ -2,6 +2,8 @@
 
 Every reader in proctor goes through here: read the file once, hash those
 bytes, decode the same bytes. Bad input is a named `Refusal` carrying the path.
+
+The manual: docs/evidence.md.
 """
 
 from __future__ import annotations

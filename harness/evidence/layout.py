@@ -1,4 +1,7 @@
-"""Laying tree entries out on disk without ever writing through a link a worker planted."""
+"""Laying tree entries out on disk without ever writing through a link a worker planted.
+
+The manual: docs/evidence.md.
+"""
 
 from __future__ import annotations
 

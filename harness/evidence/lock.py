@@ -1,4 +1,7 @@
-"""The invocation lock: one proctor invocation at a time per state or results folder."""
+"""The invocation lock: one proctor invocation at a time per state or results folder.
+
+The manual: docs/evidence.md.
+"""
 
 from __future__ import annotations
 

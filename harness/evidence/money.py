@@ -1,4 +1,7 @@
-"""Money: strict cost parsing and exact sums."""
+"""Money: strict cost parsing and exact sums.
+
+The manual: docs/evidence.md.
+"""
 
 from __future__ import annotations
 

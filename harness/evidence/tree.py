@@ -1,49 +1,6 @@
-"""Tree signatures: what a receipt says was verified (DESIGN.md, "Tree signature").
+"""Tree signatures: what a receipt says was verified.
 
-What is recorded
-    Every entry under the workspace root, folders included (an empty folder
-    counts), except:
-
-    * the top-level ``.git`` entry (folder, or the ``gitdir:`` file of a
-      worktree). Only the top level: a ``.git`` deeper down belongs to a nested
-      repository or submodule that is part of the workspace, and excluding
-      every ``.git`` would give a worker a name under which edits go unseen;
-    * the task's exclusions (`DEFAULT_EXCLUDES` unless the task says
-      otherwise). A pattern ending in ``/`` excludes folders of that name at
-      any depth with everything under them. Any other pattern is an
-      `fnmatch` glob (case-sensitive; ``*`` also crosses ``/``) that excludes
-      any entry, and a folder's whole subtree when a folder matches. A pattern
-      without ``/`` is matched against the entry's base name; one with ``/`` is
-      matched against the whole relative path (a leading ``/`` only anchors).
-      Names are matched as UTF-8 decoded with ``surrogateescape``.
-
-    ``.gitignore`` is not honoured: a worker could edit it to hide a change.
-
-How entries are read
-    The walk is descriptor-relative (``openat`` with ``O_NOFOLLOW``), so links
-    are never followed, not even when one is swapped in during the scan. A link
-    is recorded by its target bytes; a FIFO, socket or device by its kind only,
-    never opened. A regular file is opened ``O_RDONLY|O_NOFOLLOW|O_NONBLOCK``;
-    it must still be the regular file the listing saw (same device and inode)
-    and hold exactly the bytes ``fstat`` announced, else the scan refuses with
-    ``tree_changed_during_scan``. A folder or file that cannot be opened, listed
-    or read is ``tree_unreadable``: a folder is never reported as empty. Only the
-    owner-execute bit of a file counts; other mode bits, owners and times do not.
-    The root itself may be reached through a link, but must be a folder.
-
-Encoding of the digest (format ``proctor-tree-v1``)
-    ``sha256`` over the header ``b"proctor-tree-v1\\n"`` followed by one record
-    per entry, in ascending order of the relative path bytes::
-
-        kind NUL exec NUL path NUL digest NUL size LF
-
-    ``kind`` is one of `KINDS` (ASCII); ``exec`` is ``1`` or ``0``; ``path`` is
-    the relative path bytes, ``/``-separated, without leading ``./``; ``digest``
-    is the lowercase sha256 hex of a file's content or of a link's target bytes,
-    empty for other kinds; ``size`` is the decimal byte count of a file, ``0``
-    otherwise. A path cannot contain NUL and every other field is ASCII from a
-    fixed alphabet without NUL or LF, so the byte string parses back in exactly
-    one way.
+The manual: docs/evidence.md ("Tree signature").
 """
 
 from __future__ import annotations

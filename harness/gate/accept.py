@@ -4,6 +4,8 @@ An accept also says under which sandbox the receipt's verifier and every
 dispatch ran (`harness.workers.sandbox`): `guarantee` is `sandboxed` only
 when all of them ran under bwrap, and `weaker` when any ran with
 `--sandbox none` (recorded in the journal's accept event too).
+
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
 """`proctor delegate`: consult a model (or a command) once, outside the gated path.
 
-Read-only by default: the workspace is scanned and copied (every entry but
-the top-level `.git`, nothing excluded) into a private temporary folder
-before the worker runs; when the worker has changed anything and `--write`
-was not given, every added entry is removed and every changed or removed one
-is put back from the copy (files with their bytes and mode, links with their
-target, folders), and the tree signature must then equal the one before
-(`restore_incomplete` otherwise). The worker's changes to `.git` are not
-undone. With `--write` the changes stay and are reported.
-
-Refusals: a delegate from inside a worker (`PROCTOR_CHILD=1`) with a model or
-with `--write` (`nested_call_refused`): a read-only consult by command is the
-only thing a worker may delegate. A task text naming a production entrypoint
-(`harness.gate.lanes.PRODUCTION_ENTRYPOINTS`, dotted or slashed) is
-refused in model mode (`production_task_in_model_mode`).
-
-The worker gets `PROCTOR_CHILD=1`, `PROCTOR_DELEGATE=1`, `PROCTOR_PROMPT_FILE`
-(the task text, outside the workspace) and, in model mode, `PROCTOR_MODEL`,
-`PROCTOR_CATALOG` and the model's base URL variables. A worker that prints a
-line `SESSION: <id>` names a session that `--resume-from` can continue.
-
-It runs in a sandbox like a dispatched worker (`--sandbox`, default bwrap;
-`harness.gate.dispatch`): the workspace read-write, the prompt at
-`/run/proctor/prompt.md`, absolute paths of its argv read-only, no network.
-In model mode a worker whose catalog `network` is `proxy` then reaches its
-model only through a metering proxy's Unix socket (`PROCTOR_PROXY_SOCKET`);
-the exchanges are counted in the result (`proxy`), not kept.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

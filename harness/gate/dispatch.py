@@ -1,13 +1,6 @@
 """`proctor dispatch`: run one worker in the workspace under the task's budget, and journal it.
 
-The worker runs in a sandbox (`harness.workers.sandbox`; `--sandbox`, default
-bwrap): it sees the workspace read-write, the system read-only, and under
-`/run/proctor` its prompt (`prompt.md`), the evidence packet after a lane
-switch (`evidence.json`), a heartbeat folder (`heartbeat/`) and, for a model
-whose worker needs it, the metering proxy's Unix socket (`proxy/proxy.sock`,
-named by `PROCTOR_PROXY_SOCKET`). Absolute paths in its argv (a script, a
-folder it is pointed at) are visible read-only, with the state folders and the
-task's hidden inputs left out. The state folder itself is not there.
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

@@ -1,67 +1,6 @@
 """Escalation on evidence: failure fingerprints, stagnation, lateral lane switches, provider failures.
 
-Fingerprint of a failing verification
-    `fingerprint(output)` is the sha256 of the verifier's output after
-    `normalize_output` removed what changes from run to run while the failure
-    stays the same. In order, it:
-
-    1. removes ANSI colour codes, turns CRLF and CR into LF, strips trailing
-       blanks on each line and blank lines at both ends;
-    2. replaces each path given in `paths` (the verification copy, the state
-       folder) with ``<copy>``;
-    3. replaces temporary paths (``/tmp/...``, ``/var/tmp/...``,
-       ``/var/folders/...``, ``/private/...`` of those, and the interpreter's
-       `tempfile.gettempdir()`) up to a blank, quote, colon, comma, semicolon,
-       bracket or parenthesis with ``<tmp>``;
-    4. replaces timestamps (``2024-05-01T12:00:00.123Z``, ``2024-05-01 12:00:00``)
-       and clock times (``12:00:00``, ``0:01:07``) with ``<time>``;
-    5. replaces hexadecimal addresses of 6 or more digits (``0x7f3a2c1b9e80``)
-       with ``<addr>``; shorter hex literals are kept, they are usually values;
-    6. replaces the number after ``pid``/``PID``/``process``/``Process``
-       (``pid 4242``, ``pid=4242``, ``process 17``) with ``<pid>``;
-    7. replaces durations (a number followed by ``s``, ``ms``, ``us``, ``µs``,
-       ``ns``, ``sec``, ``secs``, ``second(s)``, ``min``, ``mins``,
-       ``minute(s)``, ``h``) with ``<dur>``;
-    8. replaces counts that vary with the run rather than with the failure:
-       pytest's progress ``[ 40%]``, ``collected N items``, ``N passed`` /
-       ``failed`` / ``error(s)`` / ``skipped`` / ``xfailed`` / ``xpassed`` /
-       ``warning(s)`` / ``deselected`` / ``selected`` / ``rerun``, and
-       unittest's ``Ran N tests``, with ``<n>``. The failing tests' names and
-       assertion messages remain, so a worker that fixes one of two failures
-       changes the fingerprint.
-
-    Numbers inside assertion messages are kept unless they carry a unit of
-    time (rule 7) or look like an address (rule 5).
-
-Stagnation
-    Only the last verification after each dispatch counts (re-running verify
-    on the same tree adds no evidence), and only verifications after a
-    dispatch (not the baseline check before the first one) and not after a
-    dispatch that failed for provider reasons. Among those since the last lane
-    switch, `STAGNATION_RUN` failing ones in a row with the same fingerprint
-    are stagnation: the next dispatch moves laterally (`LATERAL`) and its
-    worker gets an evidence packet. The task's `max_stagnant` caps the number
-    of lane switches (`stagnation_limit_reached`).
-
-The evidence packet (`proctor-evidence.v1`)
-    Written at the lane switch to `<dispatch folder>/evidence.json` (outside
-    the workspace; `PROCTOR_EVIDENCE_FILE`) and appended to the prompt file as
-    text: the objective (the task prompt); the acceptance criteria (verifier
-    argv, sealed paths, hidden input paths and the names of their test
-    functions, never their contents); the workspace against the baseline tree
-    (changed, untracked and removed paths, and a unified diff whose baseline
-    side comes from `git cat-file`, checked against the baseline manifest:
-    no `git diff`, which would run filters and external diff drivers that the
-    worker-writable `.git/config` can name); the last failing receipt's
-    verifier output (head and tail within `OUTPUT_LIMIT`, each line that
-    quotes hidden test source withheld); the fingerprints since the last
-    switch; the reason. Never a worker's own transcript (`output.log`).
-
-Provider failures
-    A dispatch that timed out, or whose worker exited with `PROVIDER_FAILURE_EXIT`
-    (75, EX_TEMPFAIL: the llm-edit worker's "the provider failed"), is a
-    provider or tool failure: it switches provider, not tier. `--model auto`
-    in the same lane then excludes every provider that failed there.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Each check compares the workspace now with the baseline tree recorded at init:
 something the project had at init is its own; something that appeared or
 changed since is the worker's, and is refused.
+
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

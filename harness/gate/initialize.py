@@ -1,4 +1,7 @@
-"""`proctor init`: pin the task, seal the verifier's inputs outside the workspace, record the baseline."""
+"""`proctor init`: pin the task, seal the verifier's inputs outside the workspace, record the baseline.
+
+The manual: docs/gated-path.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The lane table: which tier of worker a task goes to, and whether it touches production."""
+"""The lane table: which tier of worker a task goes to, and whether it touches production.
+
+The manual: docs/gated-path.md.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 A receipt is written once, canonical, and its sha256 is recorded in the
 chained journal; reading it back checks those bytes against the journal.
+
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
 """`proctor record`: one row per call in the task's append-only record: what ran, what passed, what it cost.
 
-The task record is a chained log `task-record.jsonl` in the state folder
-(seed `proctor-task-record:<task id>:<state folder name>`). A row
-(`proctor-task-record.v1`) holds the task, its lane, its dispatches, the last
-receipt, the accept state, tokens by category, the cost and how it was
-metered:
-
-- `wire`: from the wire logs given with `--wire`, or by default from every
-  dispatch's own wire log named in the journal (a `--model` dispatch runs
-  behind the metering proxy). A journal wire log must still end at the line
-  count and head hash the proxy itself wrote, as its dispatch recorded them
-  from the proxy's memory (`wire_log_tampered` otherwise).
-- `flat_rate`: a dispatched task with no wire log at all: `cost` is null with
-  `cost_status: "flat_rate"` (an agent on a subscription, or a scripted
-  worker): it says so rather than pretending to know.
-- `none`: nothing was dispatched; the cost is 0.
-
-`cost` is a number only when every metered exchange had known usage and a
-known price (`cost_status: "metered"`); otherwise it is null and
-`known_cost` holds the known part, with `usage_unknown` / `price_unknown`
-counting the exchanges that could not be priced. `--pricing` on a dispatched
-task without any wire log is refused (`pricing_without_wire`): there is
-nothing to price.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

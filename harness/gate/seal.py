@@ -1,10 +1,6 @@
 """Sealing: copies of the verifier's inputs kept outside the workspace, checked and restored.
 
-At init the files named by the task's `seal` patterns are copied into the
-state folder with their sha256, and the hidden inputs (outside the workspace)
-are copied in beside them. Before each verification the copies are checked
-against the pin, sealed files in the workspace whose content differs are
-restored, and the hidden inputs are laid into the verification copy only.
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Default `<workspace parent>/.runner-state/<name>-<hash of realpath>/`; the root
 `<workspace parent>/.runner-state` is replaced by `--state-dir` or
 `PROCTOR_STATE_DIR` when given. Mode 0700. The worker cannot rewrite its own
 evidence inside the workspace.
+
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

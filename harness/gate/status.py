@@ -1,4 +1,7 @@
-"""`proctor status` and `proctor journal --ack`: what is running, stalled, orphaned or detached."""
+"""`proctor status` and `proctor journal --ack`: what is running, stalled, orphaned or detached.
+
+The manual: docs/gated-path.md.
+"""
 
 from __future__ import annotations
 

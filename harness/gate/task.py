@@ -1,4 +1,7 @@
-"""The task file (`task.json`): what the worker is asked, where it may write, how it is judged."""
+"""The task file (`task.json`): what the worker is asked, where it may write, how it is judged.
+
+The manual: docs/gated-path.md.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """`proctor verify`: run the pinned verifier on a fresh copy of the workspace and write a receipt.
 
-The verifier runs in a sandbox (`harness.workers.sandbox`; `--sandbox`,
-default bwrap): the verification copy (with the hidden inputs laid in) is its
-only writable folder besides a private /tmp, it has no network, and absolute
-paths in its argv are visible read-only. The state folder, the workspace and
-the receipts are not there: code under test cannot reach the evidence.
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

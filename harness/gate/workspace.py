@@ -1,4 +1,7 @@
-"""Opening a workspace's gate: the workspace, its task, its state and the pin it must match."""
+"""Opening a workspace's gate: the workspace, its task, its state and the pin it must match.
+
+The manual: docs/gated-path.md.
+"""
 
 from __future__ import annotations
 

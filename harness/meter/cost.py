@@ -1,13 +1,6 @@
 """Cost: token usage x price, exactly, with unknown kept unknown (never $0).
 
-A request is priced whole at one tier: the highest tier whose
-`above_prompt_tokens` its prompt (`TokenUsage.prompt_tokens`: fresh + cached +
-cache-write tokens) exceeds, or the base prices when none does. Each category
-costs `tokens * price / 1e6`; the total is the correctly rounded sum of the
-parts (`sum_costs`, i.e. `math.fsum`). Reasoning tokens are billed at the
-output price of the tier in force unless the model lists its own reasoning
-price. Unknown usage, an unknown model price, or tokens in a category the
-model has no price for all give `total=None` with the reason in `status`.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

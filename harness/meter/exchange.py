@@ -1,21 +1,6 @@
 """What a raw provider exchange says about itself, derived only from its bytes.
 
-The wire log and the proxy use these pure functions so that the usage written
-with a record is re-derived, identically, when the record is read back:
-metering trusts the raw response, not a field anyone could have edited.
-
-Streams are read as server-sent events (or, for Gemini without `alt=sse`, a
-JSON array). Their usage is known only when the stream itself reports it:
-
-- `openai_chat`: the last chunk carrying a non-null `usage` (the client must
-  ask for it with `stream_options: {"include_usage": true}`);
-- `openai_responses`: the `response` object of the last event carrying one with usage
-  (`response.completed`);
-- `anthropic_messages`: `message_start`'s usage updated by the last
-  `message_delta` usage (a stream without a `message_delta` is unknown);
-- `gemini_generate`: the last chunk carrying `usageMetadata`.
-
-Any malformed event makes the whole stream's usage unknown.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
 """Pricing tables: $ per million tokens by model, loaded strictly from YAML.
 
-File format (`pricing.yaml`)::
-
-    models:
-      <pricing key>:
-        input_per_mtok: 3.00          # fresh prompt tokens
-        output_per_mtok: 15.00        # generated tokens
-        cached_input_per_mtok: 0.30   # optional: prompt tokens read from a cache
-        cache_write_per_mtok: 3.75    # optional: prompt tokens written to a cache
-        reasoning: billed_as_output   # or a number: $/Mtok for reasoning tokens
-        tiers:                        # optional, strictly ascending thresholds
-          - above_prompt_tokens: 200000
-            input_per_mtok: 6.00
-            output_per_mtok: 22.50
-        notional: true                # optional: not a real provider's price
-        source: "where the numbers came from"
-
-A category whose optional price is absent is *unknown* for that model: a
-request that used it meters as `price_unknown`, never at some other price.
-
-The reader reads the bytes once, hashes them, decodes strict UTF-8 and parses
-YAML with a loader that refuses duplicate keys (`pricing_duplicate_key`),
-anchors, aliases, merge keys, tags and non-scalar keys
-(`pricing_yaml_forbidden`). Every price goes through `parse_cost`: YAML's
-`.nan`, `.inf`, `yes`, blanks (null) and strings are refused, as is any
-unknown key (`pricing_invalid`).
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,6 @@
 """The metering proxy: forwards a client's provider traffic and records every exchange.
 
-An agent CLI pointed at the proxy talks to its provider as before, and the
-proxy writes one wire record per exchange (`harness.meter.wire`), so the
-agent's cost is metered from the wire rather than from its own report.
-
-Routing: a request for `<path>` is sent to `<upstream origin><path>`: the path
-is forwarded verbatim. A client's base URL is therefore the proxy origin plus
-the upstream's path prefix; `ProxyHandle.url` is exactly that (upstream
-`https://api.openai.com/v1` -> client base URL `http://127.0.0.1:P/v1`).
-
-What is forwarded: the method, the body byte for byte, and every header
-except hop-by-hop headers, Host and Content-Length (recomputed), with
-`Accept-Encoding: identity` so the recorded body is readable. Credentials
-(Authorization, x-api-key, x-goog-api-key, api-key) are forwarded, never
-recorded: a wire record holds no headers, a `?key=` in the URL is redacted, and
-a credential value an upstream echoes (in an error body, a request id) is
-replaced by REDACTED in the record, which then says `redacted: true`.
-What comes back: the upstream's status, reason, headers (minus hop-by-hop,
-with a correct Content-Length) and body unchanged. A non-streamed response is
-recorded *before* it is delivered; if recording fails the client gets a 502
-(`wire_record_failed`) instead, so no unrecorded answer reaches it. A streamed
-response (`"stream": true`, `:streamGenerateContent`, or `text/event-stream`)
-is relayed chunk by chunk as it arrives and recorded when it ends. An
-unreachable upstream is a 502 (a timeout a 504) with an OpenAI-shaped error
-body, recorded with `status: null` and `error_code` transport (timeout).
-
-The proxy keeps in memory what it wrote: the lines it appended, the sha256
-of its last line, and how many of its appends found a line it did not write
-at the end of the log (`ProxyHandle.wire_lines`, `wire_head`,
-`wire_interleaved`). A client that can write the log's folder could otherwise
-add or rewrite records, and the file alone could not tell.
-
-The proxy listens on loopback only, HTTP/1.1 with keep-alive, and never retries
-or follows redirects. With `unix_socket` it also listens on that Unix socket
-(mode 0600, in a folder the caller keeps private), with the same wire log and
-the same tally: a sandboxed worker, which has no network at all, reaches the
-proxy only through that socket bound into its sandbox
-(`harness.workers.sandbox`); the host in its URL is ignored. It changes no request: an OpenAI chat stream reports its
-usage only when the client asked for it (`stream_options.include_usage`), and
-meters as unknown otherwise.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Token usage by category, read from a provider's response in its own API shape.
 
-The categories are disjoint, so a cost is the sum of category x price:
-
-- `input`: prompt tokens read at the full input price (not cached, not written to a cache)
-- `cached_input`: prompt tokens read from a cache
-- `cache_write`: prompt tokens written to a cache
-- `output`: generated tokens that are not reasoning tokens
-- `reasoning`: generated reasoning ("thinking") tokens
-
-Usage that is missing or malformed is `None` (unknown), never zero.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

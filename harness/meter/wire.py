@@ -1,38 +1,6 @@
 """The wire log: one chained JSONL line per provider exchange, and metering from it.
 
-A wire log is a `ChainedLog` with seed `proctor-wire:<name>`. Each line
-(`kind: "wire-exchange.v1"`) holds::
-
-    api_shape        openai_chat | openai_responses | anthropic_messages | gemini_generate | unknown
-    model            the model the request named (body `model` or Gemini path), or null
-    method, url      the HTTP method and the URL, credentials in its query redacted
-    request_body     the exact request bytes: UTF-8 text, or {"base64": ...} when not UTF-8
-    request_sha256   sha256 of those bytes
-    status           the upstream HTTP status, or null when no response came back
-    response_raw     the exact response bytes as received (same encoding as request_body)
-    response_sha256  sha256 of those bytes
-    content_encoding the response's content coding when it was not identity, else null
-    stream           whether the exchange was a streamed response
-    started, ended   epoch seconds (a clock that never goes back); latency_s
-    request_id, model_snapshot, finish_reason   what the response says about itself
-    usage            tokens by category (see harness.meter.usage) or null; usage_unknown
-    error_code       a stable error code (harness.providers.base.ERROR_CODES) or null
-    via              "direct" (an adapter call) or "proxy" (the metering proxy)
-    redacted         true when a credential the client sent was found in the recorded
-                     bytes and replaced by REDACTED (the hashes are of the recorded bytes)
-
-Headers are never recorded, so credentials (Authorization, x-api-key, ...)
-cannot leak into a wire log. `read_wire` verifies the chain, re-checks both
-sha256 values against the bytes, and re-derives the usage from the raw
-response: a record whose usage disagrees with its own bytes is refused
-(`wire_record_invalid`).
-
-Metering (`meter_wire`): a request the provider refused (a non-2xx status)
-whose body reports no usage is counted in `errors_unbilled`, not as unknown:
-providers do not bill refused requests. A request with no response at all
-(`status: null`, e.g. a timeout) may have been billed and meters as unknown.
-GET/HEAD/OPTIONS requests and token-counting endpoints are not metered
-(`not_metered`); any other POST to an unknown path meters as usage unknown.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,6 @@
 """`proctor analyze`: the analysis notebook run with papermill, exported to HTML, every output anchored.
 
-`analyze_results(results)` runs `notebooks/analysis.ipynb` (the thin notebook
-over `harness.analysis.study.analyze_study`) into `<out>/analysis.ipynb`
-(default `<out>` = `RESULTS/<study>/analysis`), where the notebook writes
-`tables/<name>.csv` (`write_tables`) and `figures/<stem>.png|.svg`
-(`harness.analysis.figures`). It then exports `<out>/analysis.html` with
-nbconvert and appends one `anchor.v1` record (reason `analysis`) to the
-`anchors.jsonl` of every stage of the study, naming the sha256 of
-
-    notebook:<path>   the executed notebook
-    output:<path>     the HTML export, every file in <out>/tables/ and <out>/figures/
-
-(`<path>` relative to that stage folder, `output_manifest_name`), so that
-`proctor audit` can check each of them from any stage. `<out>` is the
-analysis's own folder: everything in its `tables/` and `figures/` is anchored.
-Analysing again into the same folder replaces the files and anchors them
-again (the audit checks a name against its latest anchor).
-
-Tables and figures are byte-identical for the same results (`write_tables`,
-`harness.analysis.figures`), and so is the HTML when the outputs are: the export
-shows no papermill timings, has a fixed title, and names papermill's injected
-parameters cell (whose id papermill draws at random). The executed notebook is
-not: papermill records start and end times in its metadata.
-
-A notebook that fails keeps its executed copy (with the error in it) and that
-copy is anchored (as `execute_notebook` does); then a refusal raised in the
-notebook (the report's `report_refused` when a stage does not validate, a
-results-folder refusal, ...) becomes `analysis_refused` with the notebook's
-code in `notebook_refusal`, and any other error `analysis_failed`.
-
-This module also holds what the notebook calls to show its tables
-(`frame_table`) and find its folders (`analysis_paths`).
+The manual: docs/notebooks.md.
 """
 
 from __future__ import annotations

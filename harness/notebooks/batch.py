@@ -1,30 +1,6 @@
 """`proctor batch`: parameterised notebooks run in order with papermill, stopping at the first failure.
 
-A batch file is strict JSON (one read, `harness.evidence.jsonio`)::
-
-    {"jobs": [{"notebook": "notebooks/run_study.ipynb",
-               "out": "../results/demo/A/run_study.ipynb",
-               "parameters": {"prereg": "prereg/demo", "stage": "A", "results": "results/demo"},
-               "cwd": ".."}]}
-
-- `notebook`, `out` and `cwd` that are relative are taken from the batch file's
-  folder; `cwd` (the kernel's working folder) defaults to that folder. The
-  parameters are handed to the notebook as they are: a notebook takes its own
-  relative paths from the repository root found from `cwd`
-  (`harness.notebooks.stage.repo_root`).
-- `out` must end in `.ipynb`, must not be the notebook itself, and no two jobs may
-  write the same `out`.
-- Every parameter must be declared in the notebook's cell tagged `parameters`
-  (a misspelt name would otherwise run with the default, unnoticed).
-
-The whole file is checked before any job runs. A bad file is refused with
-`batch_invalid` naming the JSON path of the bad field (`jobs[1].parameters`;
-indexes count from 0, job numbers in progress lines and failures from 1), and
-a notebook that is not there with `batch_notebook_missing`. Jobs run through
-`harness.notebooks.stage.execute_notebook`, which anchors the executed copy when
-the parameters name a stage (`prereg`, `stage`, `results`). The first job that
-fails ends the batch: the result names its number, the notebook, the executed
-copy and the error's `ename`/`evalue`, and no later job runs.
+The manual: docs/notebooks.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """What `notebooks/run_study.ipynb` calls: paths, tables, the progress display, and papermill.
 
-The notebook is thin (DESIGN.md): every rule it shows lives in
-`harness.run.runner.run_stage`; this module only turns what the runner
-returns into plain tables (`Table`: rows of plain dicts that render as text
-and as HTML) and runs notebooks with papermill.
-
-Executing a notebook (`execute_notebook`) saves the executed copy where the
-caller says (normally inside the stage's results folder) and anchors its
-sha256 in the stage's `anchors.jsonl`, as one more `anchor.v1` record made by
-`harness.run.anchors.anchor_record` (the runner's own format)::
-
-    {"kind": "anchor.v1", "at": ..., "reason": "notebook",
-     "logs": {name: {"lines", "head"}} for every chained log of the stage,
-     "manifests": {"notebook:<path>": sha256 of the executed copy's bytes}}
-
-`<path>` is the executed copy's path relative to the stage folder (with `..`
-when it lies outside; `output_manifest_name`). The record is appended under the stage's invocation
-lock (`invocation_locked` while a run holds it), with a time no earlier than
-any time already in the anchor and run logs. A notebook that fails
-(`PapermillExecutionError`, e.g. on a refusal) is anchored too, then the
-error is raised again; a stage folder that does not exist (a refusal before
-anything was written, or a dry run) gets no anchor.
+The manual: docs/notebooks.md.
 """
 
 from __future__ import annotations

@@ -1,50 +1,6 @@
 """The preregistration folder (`prereg/<study>/`): freeze, amend, and the check every later command runs.
 
-What the folder holds (top level only)::
-
-    design.toml       the design (`harness.prereg.design`), required
-    PREREG.md         the human text, required: UTF-8, not blank
-    systems.json      the frozen system manifest, required:
-                      {"study": id, "systems": [{"slot", "provider", "model", "setting"}, ...]}
-                      exactly the design's systems, in the design's order
-    catalog.toml      optional: when present, every system's model must be in it
-                      with the design's provider and pricing key (the plan reads it)
-    any other file    allowed and hashed (notes, figures): it is part of what was registered
-    FROZEN.json       written by freeze and amend (below); never hashed into itself
-    AMENDMENTS.jsonl  the chained amendment log, written by amend; not hashed into FROZEN.json
-
-Entries: only visible regular files. A link (even to a regular file: what
-it points to could change without the folder changing), a subfolder, a
-FIFO, device or socket, a name starting with '.', or a name that is not
-UTF-8 is refused at freeze and amend (`prereg_unexpected_entry`) and counts
-as a change (added or changed) after a freeze.
-
-`FROZEN.json` (canonical JSON and a newline, written atomically)::
-
-    {"schema": "proctor-frozen.v1", "study": id, "frozen_at": ISO-8601 UTC,
-     "files": {name: sha256 of its bytes, ...}, "amendments": n,
-     "amendments_head": sha256 of the amendment log's last line, or null}
-
-`frozen_at` is the first freeze's time and is kept by amendments: the date
-a preregistration was registered must not move. `amendments_head` binds the
-log to the freeze: without it the last amendment's line (its reason, its
-date) could be edited with nothing after it in the chain to notice. Each
-amendment is a line of
-`AMENDMENTS.jsonl`, a `ChainedLog` with seed `proctor-amendments:<study>`::
-
-    {"amendment": n, "at": ISO-8601 UTC, "reason": text,
-     "changed": [{"path", "change": "added"|"changed"|"removed", "old": sha256|null, "new": sha256|null}]}
-
-after which FROZEN.json is rewritten with the new hashes and count. If a
-crash falls between the two writes, `amend` completes the re-freeze when the
-folder is exactly as the logged amendment says (and refuses otherwise).
-Freeze and amend hold an exclusive `flock` on the folder itself, the checker
-a shared one, so nothing is read half-amended and no lock file is needed.
-
-`check_frozen` replays what it can: amendment numbers 1..n, non-decreasing
-times, each change's `old` hash equal to the `new` hash of the last earlier
-amendment that touched that file, and the last hash of every amended file
-equal to FROZEN.json's.
+The manual: docs/prereg.md.
 """
 
 from __future__ import annotations

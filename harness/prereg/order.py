@@ -1,16 +1,6 @@
 """Orders derived from hashes of the seed: draws, permutations and unit numbers.
 
-Every order in a plan comes from sha256 of a canonical JSON array that starts
-with the study's seed, never from a random library whose stream could change
-between Python versions. The same seed and the same labels give the same
-orders on every machine, whatever `PYTHONHASHSEED` is.
-
-- `unit(seed, *parts)`: a number in [0, 1) from the first 53 bits of
-  sha256(canonical `[seed, *parts]`).
-- `permutation(seed, label, items)`: `items` sorted by
-  sha256(canonical `[seed, label, item]`), ties broken by the item itself,
-  so the result does not depend on the order `items` came in.
-- `draw(seed, item_ids, n)`: the first `n` of `permutation(seed, "draw", ids)`.
+The manual: docs/prereg.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,6 @@
 """The deterministic request plan: `proctor plan DIR --scope {pilot,matrix-once,full} --out FILE`.
 
-Inputs, and nothing else: the frozen preregistration (`check_frozen`), the
-answer-stripped packet it registers (`load_packet`, which walks the raw lines
-and refuses answers, oracles and private records), and the catalog
-(`DIR/catalog.toml` when the preregistration holds one, else the bundled
-one; never `$PROCTOR_CATALOG`, so the environment cannot change a plan). The
-planner never opens a suite's private part, reads no credential and opens no
-connection.
-
-Scopes:
-
-- `pilot`: every registered stage: its systems, its arms, the first
-  `stage.items` items of the draw, `stage.repeats` repeats.
-- `matrix-once`: stage `matrix`: every drawn item once for every system and arm.
-- `full`: stage `full`: every drawn item x system x arm x `run.full_repeats`
-  (planned, not run).
-
-Interleaving (all orders from `harness.prereg.order`, i.e. hashes of the seed):
-
-- per stage and system, the item order is `permutation(seed, "items:{stage}:{slot}", items)`;
-- the k-th item of that order goes to lane `k % L` at position `k // L`
-  (`L = run.lanes_per_system`), so items alternate between the lanes;
-- each item's arm order is `permutation(seed, "arms:{stage}:{slot}:{item}", arms)`;
-- repeats (1-based) come after arms.
-
-The file is JSONL in canonical form (`canonical_line`), not a chained log: a
-`plan-header.v1` line, then one `plan-request.v1` line per cell in execution
-order (stage, system in registered order, lane, position, arm, repeat). Each
-request holds the exact user prompt (the arm's template with `{prompt}`
-replaced, as plain text, by the item's prompt), the exact provider body as
-UTF-8 text, the sha256 of both, and a run id
-`"r-" + sha256(canonical [study, stage, slot, item, arm, repeat])[:20]`.
-The body is built by the system's adapter with a placeholder base URL; it is
-built against two different placeholders and must not differ.
+The manual: docs/prereg.md.
 """
 
 from __future__ import annotations

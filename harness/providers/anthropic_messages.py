@@ -1,28 +1,6 @@
 """The Anthropic Messages API.
 
-Request: `POST {base_url}/messages`, `x-api-key: <key>`,
-`anthropic-version: 2023-06-01`, canonical JSON with exactly these fields:
-
-- `model`, `messages`: one user message with the prompt; `system` (a
-  string) only when `settings.system` is set.
-- `max_tokens`: always sent, because the Messages API requires it; from
-  `max_output_tokens`, else `DEFAULT_MAX_TOKENS` (1024). A preregistration
-  that cares should set it.
-- `temperature` (0..1 here), `top_p` (0..1): only when set. (Some newer
-  models refuse both together; that 400 is the provider's answer.)
-- `output_config: {"effort": ...}` from `reasoning_effort`: Anthropic's own
-  effort parameter (`low`, `medium`, `high`, `xhigh`, `max`), which governs
-  how many tokens the model spends. It does not switch extended thinking on
-  (no `thinking` block is sent: a thinking budget is a token count, and an
-  effort word has no published translation into one). Other words, such as
-  `none` or `minimal`, are refused; models without effort support answer
-  400 (`bad_request`).
-- `seed` is refused (`setting_unsupported`): the Messages API has no seed.
-
-Response: text is every `text` content block, joined (thinking blocks are
-not the answer). The finish reason is the provider's own `stop_reason`;
-`refusal` is `content_filter`. The request id is the `request-id` header,
-else the body's `id` (or `request_id` on an error body).
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ An adapter is two pure functions: `build_request(...)` makes the exact body
 bytes (hashed) and the URL; `parse_response(status, headers, raw)` reads a raw
 response into a `ParsedResponse`. Errors are data with a stable `error_code`,
 never a bare exception, so a runner can classify them.
+
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,6 @@
 """The model catalog: which models proctor can dispatch to, how to reach them, how to run their worker.
 
-File format (TOML, strict)::
-
-    [[model]]
-    id = "sim-flash"                      # unique; what `--model` names and `{model}` fills in
-    api_model = "sim-flash"               # optional: the model name sent to the API (default: id)
-    provider = "sim"
-    api_shape = "openai_chat"             # openai_chat | openai_responses | anthropic_messages | gemini_generate
-    base_url = "http://127.0.0.1:8765/v1"
-    base_url_env = "PROCTOR_SIM_URL"      # optional: an environment variable that overrides base_url when set
-    credential_env = ""                   # the NAME of the variable holding the key ("" when none is needed)
-    pricing_key = "sim-flash"             # its key in the pricing table
-    lane = "flash"                        # flash | glm | k3
-
-    [model.worker]                        # optional: how to run an agent on this model
-    argv = ["{python}", "-m", "harness", "worker", "llm-edit", "--model", "{model}", "--prompt-file", "{prompt_file}"]
-    resume = ["--resume", "{session}"]    # optional: appended to argv to continue a session
-    base_url_var = "OPENAI_BASE_URL"      # optional: the variable the worker reads its base URL from
-    network = "proxy"                     # optional: "proxy" (default: the metering proxy only) or "none"
-
-Placeholders in a worker's argv: `{model}` (the catalog id), `{workspace}`,
-`{prompt_file}`, `{python}` (the interpreter running proctor); `resume` may
-also use `{session}`. They are replaced as plain text, anywhere in an
-argument; any other `{name}` is refused, so a typo cannot reach a worker.
-
-`network` says what a worker's sandbox (`harness.workers.sandbox`) lets it
-reach: `proxy`, the metering proxy only (through a Unix socket named by
-`PROCTOR_PROXY_SOCKET`, which the built-in llm-edit worker uses; a worker
-that cannot speak HTTP over a Unix socket reaches nothing), or `none`, no
-network at all (a worker with a local model; its dispatch has no wire log).
-Under `--sandbox none` a `proxy` worker reaches the proxy on loopback TCP.
-
-The catalog is found by `--catalog FILE`, then `PROCTOR_CATALOG`, then the
-bundled `harness/data/catalog.toml` (the simulator's systems). The file is
-read once, hashed, decoded as strict UTF-8 and parsed with `tomllib` (which
-refuses duplicate keys). Unknown keys, wrong types, bad names and duplicate
-ids are refused as `catalog_invalid` with the path. A credential is only ever
-named here: its value is read from the environment by whoever sends the
-request, and no catalog output shows it.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Every adapter builds its body as a plain dict and hands it to `make_request`,
 which writes it as canonical JSON (sorted keys, compact separators, UTF-8) so
 the same inputs always give the same bytes and the same sha256.
+
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ A credential is checked before it is sent (printable ASCII, at least 8
 characters: a shorter one could not be scrubbed without mangling evidence),
 placed in its header at send time by the transport, and its exact value, in
 any letter case, is scrubbed from every string that comes back.
+
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The whole-file edit format spoken between the llm-edit worker and a model.
 
-A model is shown, and answers with, files as blocks:
-
-    <<<FILE path/to/file.py
-    ...the whole content...
-    >>>END
-
-A path is workspace-relative with '/' separators. Text outside blocks is ignored.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,6 @@
 """One stable classification of provider error responses into `ERROR_CODES`.
 
-The mapping, in the order the rules are tried (the first that matches wins):
-
-1. content_filter: a content-policy code (`content_filter`,
-   `content_policy_violation`, `invalid_prompt`, Azure's
-   `ResponsibleAIPolicyViolation`) or policy wording, on a 2xx/4xx.
-2. billing: HTTP 402; Anthropic `billing_error`; OpenAI
-   `billing_hard_limit_reached`/`billing_not_active`; wording such as "credit
-   balance is too low" (Anthropic sends that as a 400) or "enable billing".
-3. quota: OpenAI `insufficient_quota`; Gemini `RESOURCE_EXHAUSTED` when the
-   exhausted quota is a daily one (`PerDay`), has limit 0, or says "exceeded
-   your current quota" without naming a per-minute quota. A quota does not
-   come back by waiting a minute; a rate limit does.
-4. auth: HTTP 401/403; `authentication_error`, `permission_error`,
-   `invalid_api_key`, Gemini `API_KEY_INVALID` (Gemini sends that as a 400).
-5. rate_limited: HTTP 429 (Gemini's per-minute `RESOURCE_EXHAUSTED` too).
-6. server_error: HTTP 5xx, Anthropic 529 `overloaded_error`, HTTP 408 (the
-   server gave up waiting: not the request's fault), error codes such as
-   `server_error`/`api_error`/`INTERNAL`/`UNAVAILABLE`.
-7. context_length: HTTP 413 (the request is too large to be accepted at all),
-   or a 4xx whose code or wording says the prompt does not fit the context
-   (`context_length_exceeded`, "prompt is too long", "exceeds the maximum
-   number of tokens", "maximum context length", llama.cpp's
-   `exceed_context_size_error`).
-8. bad_request: any other 4xx, and 3xx (redirects are never followed, so the
-   configured URL is wrong).
-9. server_error: anything else (including an error body inside a 2xx).
-
-A 2xx body that carries an error object with a numeric HTTP code (OpenRouter,
-Gemini) is classified as if that code had been the status.
-
-Messages are at most 500 characters and key-like tokens (`sk-...`,
-`AIza...`) are masked; the transport also scrubs the exact credential.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

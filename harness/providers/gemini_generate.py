@@ -1,26 +1,6 @@
 """The Gemini API's generateContent method.
 
-Request: `POST {base_url}/models/{model}:generateContent`,
-`x-goog-api-key: <key>`, canonical JSON with exactly these fields:
-
-- `contents`: one user turn with the prompt as one text part;
-  `systemInstruction` only when `settings.system` is set. The model is in
-  the URL, not the body (a bare id such as `gemini-2.5-flash`).
-- `generationConfig`, only when something in it is set: `maxOutputTokens`,
-  `temperature` (0..2), `topP` (0..1), `seed`, and
-  `thinkingConfig.thinkingBudget` from `reasoning_effort`.
-- The effort-to-budget table is the one Google publishes for its own
-  OpenAI-compatible endpoint: `none` 0 (thinking off), `low` 1024,
-  `medium` 8192, `high` 24576 tokens. Other words are refused. Models that
-  take no budget, or cannot turn thinking off, answer 400 (`bad_request`).
-
-Response: text is every text part of the first candidate that is not a
-thought summary, joined. The finish reason is the provider's own
-`finishReason`; `SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`,
-`SPII` and the image filters are `content_filter`, and so is a prompt
-blocked before any candidate (`promptFeedback.blockReason`, which then
-stands as the finish reason). The request id is `responseId`; the model
-snapshot is `modelVersion`.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """OpenAI Chat Completions, which every OpenAI-compatible server speaks (vLLM, llama.cpp, Ollama, ...).
 
-Request: `POST {base_url}/chat/completions`, `Authorization: Bearer <key>`,
-canonical JSON with exactly these fields:
-
-- `model`, `messages`: a system message only when `settings.system` is set,
-  then one user message with the prompt.
-- `max_tokens` from `max_output_tokens`: the field OpenAI-compatible servers
-  (llama.cpp, vLLM, Ollama, DeepSeek, Together) all read. OpenAI's own
-  reasoning models (o-series, gpt-5) refuse it and want
-  `max_completion_tokens` (a 400 -> `bad_request`); use the Responses shape
-  for those, or leave `max_output_tokens` unset.
-- `temperature` (0..2), `top_p` (0..1), `seed`: only when set.
-- `reasoning_effort`: passed through as OpenAI's own enum (`none`, `minimal`,
-  `low`, `medium`, `high`, `xhigh`); the server decides which a model takes.
-
-Response: text is `choices[0].message.content`; the finish reason is the
-provider's own `finish_reason` string; `content_filter` or a `refusal` in the
-message is `content_filter` (text and usage kept: the tokens were billed).
-The request id is the body's `id`, else the `x-request-id` header.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

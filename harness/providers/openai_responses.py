@@ -1,23 +1,6 @@
 """The OpenAI Responses API.
 
-Request: `POST {base_url}/responses`, `Authorization: Bearer <key>`,
-canonical JSON with exactly these fields:
-
-- `model`, `input`: one user message with the prompt; `instructions` only
-  when `settings.system` is set.
-- `max_output_tokens`, `temperature` (0..2), `top_p` (0..1): only when set.
-- `reasoning: {"effort": ...}` from `reasoning_effort` (OpenAI's enum:
-  `none`, `minimal`, `low`, `medium`, `high`, `xhigh`).
-- `seed` is refused (`setting_unsupported`): the Responses API has no seed.
-- `store` is not sent, so the provider's default applies.
-
-Response: text is every `output_text` part of every `message` item, joined.
-The API has no finish reason; the provider's own strings stand in for it:
-`incomplete_details.reason` when `status` is `incomplete` (e.g.
-`max_output_tokens`, `content_filter`), else `status` (`completed`). A
-`failed` status is classified from its `error` object. A `refusal` part or a
-`content_filter` reason is `content_filter`. The request id is the body's
-`id`, else the `x-request-id` header.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 An adapter is a module with `API_SHAPE`, a pure `build_request` and a pure
 `parse_response` (see `harness.providers.base`). No adapter imports httpx:
 only `harness.providers.transport` does.
+
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

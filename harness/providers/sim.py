@@ -1,28 +1,6 @@
 """The simulator: an OpenAI Chat Completions server on loopback for simulated systems.
 
-`proctor sim serve` answers `POST /v1/chat/completions` (and `GET /v1/models`)
-for the systems named in a systems file, deciding every answer with the pure
-functions of `sim_model`. It exists to rehearse pipelines and to test adapters
-over real HTTP; it is never evidence about a model, and every response says so
-(`x-proctor-provider: sim`, `system_fingerprint: proctor-sim`).
-
-Inputs (read strictly here; every problem is a named refusal with the path):
-
-- systems file: `{"systems": [{"name", "skill" in [0, 1], "latency_s":
-  {"dist": "fixed", "value"} | {"dist": "lognormal", "median", "sigma"},
-  "output_tokens"?: {"mean"}, "snapshot"?, "failures"?: {"rate_limited",
-  "server_error", "timeout", "auth", "quota", "malformed"}}]}`; the bundled one
-  holds sim-flash, sim-glm, sim-k3. Failure probabilities sum to at most 1 and
-  are laid on one hash-derived draw: rate_limited (429), server_error (500),
-  timeout (504 after 30 s), auth (401 `invalid_api_key`), quota (429
-  `insufficient_quota`), malformed (200 whose body has no `choices`).
-- answers file (JSONL): `{"match", "answer", "wrong"?: [...]}` per line; the
-  item is the one whose `match` occurs in the last user message (longest wins).
-- task folders: `<dir>/*/task.json`; match `task_id: <id>`, answer the `fix/`
-  files in scope as edit-format blocks, wrong the unchanged `workspace/` ones.
-
-The stdlib server keeps HTTP/1.1 connections alive and gives each its own
-daemon thread, so a latency is a sleep that does not hold up other requests.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The simulator's decisions: pure data and pure functions, no files and no sockets.
 
-A simulated system has a skill (the chance of answering an item with its
-reference answer), a latency distribution, a typical answer length and
-optional planted failures. Every draw is a uniform in [0, 1) derived by sha256
-from (seed, system name, item key, n, stream), where n counts how many times
-that system was asked that item before. It never uses a random library whose
-stream could change between Python versions, so a run is reproducible from
-its seed and the order of its requests. `SimService` turns one request body
-into one reply (status, OpenAI-shaped body, headers, delay) with these draws.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

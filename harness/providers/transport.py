@@ -1,42 +1,6 @@
 """The one HTTP transport every adapter's request goes through (sync and async).
 
-What it promises:
-
-- The body goes out byte for byte (`content=request.body`); nothing rewrites it.
-- No retries, ever (a retry would be an attempt nobody recorded), and no
-  redirects (a 3xx comes back as data).
-- No proxy variables, no `.netrc` credentials (`trust_env=False` in effect:
-  nothing here reads them) and nothing from earlier exchanges (no cookie jar).
-- `Accept-Encoding: identity`, so the bytes kept are the bytes sent back.
-- Network trouble never raises: it comes back as an `Exchange` with status
-  None and `error_code` `timeout` (any httpx timeout, including waiting for
-  a free connection) or `transport` (any other transport failure).
-- The credential is put in its header at send time and nowhere else, and
-  scrubbed (`harness.providers.credentials`) from everything the `Exchange`
-  carries: the raw body (redacted, then hashed; `meta["credential_redacted"]`
-  says so), headers, parsed fields and error messages.
-
-`timeout_s` applies to each phase (connect, TLS handshake, write, each read,
-waiting for a free connection), as httpx does; an attempt deadline belongs to
-the runner. `started` is the wall clock before the request is built; `ended`
-adds the monotonic time the call took, so a clock step never makes a latency
-negative.
-
-How. Requests, responses and failures are httpx's objects (`httpx.Request`
-writes the wire headers, `httpx.Response` decodes the body). `send` uses one
-`httpx.HTTPTransport` pool (no `httpx.Client`: no cookie jar). `asend` lends
-`max_connections` `_AsyncConnection`s (h11 on asyncio streams, as httpcore
-speaks it) one request at a time, waiters in arrival order, warmest first.
-
-Why, as tests/bench/bench_sim_throughput.py measures it (simulator at a fixed
-0.25 s, 256 requests in flight, 2 CPUs; fraction of the ideal rate, client CPU
-per request): one httpx pool 4%, 20 ms (httpcore 1.0.9's
-`_assign_requests_to_connections` is O(connections x queued) per request,
-encode/httpcore#1035; `Limits` cannot change that); 32 AsyncClients of 8,
-least-busy, 78%, 1.0 ms (0.8 ms with sniffio installed, encode/httpcore#1103);
-256 single-connection AsyncHTTPTransports 80-87%, 0.65 ms, in httpcore's and
-anyio's layers; `_AsyncConnection`s 95%, 0.41 ms. `send` is httpcore's pool
-as before: 97% from 64 threads, 8% from 256.
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""One line of a plan (`plan-request.v1`): the record the planner writes and every reader reads back."""
+"""One line of a plan (`plan-request.v1`): the record the planner writes and every reader reads back.
+
+The manual: docs/records.md.
+"""
 
 from __future__ import annotations
 

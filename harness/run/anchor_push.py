@@ -1,16 +1,6 @@
 """The anchor command: commit a snapshot of a stage's results to a git clone and push it, never forcing.
 
-A reviewer who holds the remote holds every anchored state of the logs: a
-results folder rewritten later no longer matches what was pushed. The
-snapshot is copied under the runner's lock (so no half-written line is
-taken); the commit and the push run in the background with a timeout, under
-an exclusive lock on the clone, and their outcome is logged by the caller.
-`push_stage` does the same synchronously for `anchor_outputs`.
-
-The remote is the witness `proctor audit` reads back (`read_pushed`): the
-remote's latest commit holds the latest pushed snapshot of every stage as
-`<study>/<stage>/` (each push replaces its target whole). It is fetched into
-a scratch repository, so reading never changes the remote.
+The manual: docs/running.md.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Written every `ANCHOR_EVERY_S` seconds while a stage runs and at the end of
 each invocation. No anchor command (a git push of a snapshot) is run yet.
+
+The manual: docs/running.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,6 @@
 """The plan as a runner reads it, and the immutable `model-attempt.v1` records.
 
-The plan (`read_plan`) is canonical JSONL: a `plan-header.v1` line, then one
-`plan-request.v1` line per cell (see `PlanRequest`). The reader is strict:
-header first, known kinds, every request field present with its type and
-nothing else, unique run ids, the header's count, and the sha256 of each
-prompt and request body. Any problem is `plan_invalid` naming the line.
-
-An attempt is one request sent for one run id. Its record is appended to the
-chained attempts log of the study's stage (seed `attempts_seed`) and never
-rewritten. Fields of every record:
-
-    kind                "model-attempt.v1"
-    run_id, attempt     the plan's run id; the attempt number, 1-based and contiguous
-    request_sha256      the sha256 of the exact body sent: always the plan's
-    outcome             "delivered" (a usable response) or "error"
-    started, ended      epoch seconds (never-backwards clock); latency_s (>= 0)
-    http_status         the HTTP status, or null when no response arrived
-    response_raw        the raw response: its text when strict UTF-8, else
-                        {"base64": ...}; null only for an error where nothing came back
-    response_sha256     sha256 of the raw response's bytes (null with response_raw)
-    provider_request_id, model_snapshot, finish_reason   as the provider said (or null)
-    tokens              {input, cached_input, cache_write, output, reasoning} or null
-    usage_unknown       true exactly when tokens is null
-    cost_usd            a finite non-negative number, or "unknown" (never 0 for unknown)
-    cost_status         "metered" with a number; "usage_unknown"/"price_unknown" with "unknown"
-
-A delivered record adds `text` (the parsed answer, null when the response held
-none). An error record adds `error_code` and `error_message` and never carries
-`text`: it cannot be mistaken for an answer. Error codes are the adapters'
-`ERROR_CODES` plus the harness's own `HARNESS_ERROR_CODES`:
-
-    AttemptDeadline     the runner abandoned the attempt at the registered deadline
-    budget_stop         the hard spending ceiling was crossed while it was under way
-    harness_error       the harness itself failed during the attempt
+The manual: docs/records.md.
 """
 
 from __future__ import annotations

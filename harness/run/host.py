@@ -4,6 +4,8 @@ Each sampler reads /proc or statvfs and never raises: a source that cannot be
 read is null in the sample with its error listed. A sample is a failure when
 load, memory and disk all failed; the runner stops with cause `sampler` when
 samples have failed for `SAMPLER_FAIL_S` seconds.
+
+The manual: docs/running.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """Preflight: every problem that would stop a stage's run, found before any provider call.
 
-`preflight(...)` (what `run_stage(..., preflight=True)` and `proctor run
---preflight` call) checks, and reports each failure as a problem
-`{check, message, ...}` rather than stopping at the first:
-
-    prereg      the preregistration is frozen and unchanged (`check_frozen`)
-    plan        the stage plans, and matches the folder's plan.jsonl if there is one
-    history     the folder's logs read and cross-check (`load_ledger`)
-    lock        no other invocation holds the folder
-    catalog     every system's model is in the catalog
-    credential  every credential variable the catalog names is set
-    endpoint    every base URL answers an HTTP GET (any status counts: it is reachable)
-    pricing     every system's pricing key is in the pricing table
-    budgets     the ceiling is above the spend before; the reserve fits every cap
-    suite       the suite's private part loads and seals
-    verifier    the warm verifier starts and passes a trivial check
-
-The endpoint check is the only network call, and only preflight makes it. The
-admission rule itself lives in `harness.run.records.admission_decision`.
+The manual: docs/running.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,6 @@
 """Resume: check an attempts log against its plan and schedule what each run is owed.
 
-`schedule(plan, attempts)` is the pure core; `resume(...)` reads the files,
-calls it and writes the schedule. The attempts log is checked line by line
-first; any problem refuses the whole log, naming the line:
-
-    attempt_invalid                  the record is not a valid `model-attempt.v1`
-    attempt_response_hash_mismatch   response_sha256 is not the hash of response_raw
-    attempt_unknown_run_id           the run id is not in the plan (or not in the selected stage)
-    attempt_request_changed          the request sha256 is not the plan's
-    attempt_after_delivery           any attempt after a delivered one for the same run
-    attempt_after_final              an attempt after a non-retryable error
-    attempt_limit_exceeded           an attempt after the transport retries ran out
-    attempt_numbering_invalid        attempts per run id are not 1, 2, 3... in log order
-    log_broken, log_torn_tail        the chain reader's refusals (a torn tail needs `proctor ledger repair`)
-    log_seed_mismatch                the log was started for another study or stage
-
-Then each run of the plan, in plan order, has one state:
-
-    delivered    a delivered response stands; it is never rescheduled
-    pending      `next_attempt` is owed: 1 when nothing was tried, n + 1 after a
-                 transport-class error (transport, timeout, rate_limited,
-                 server_error) on attempt n, while n <= transport_retries
-    exhausted    transport_retries + 1 transport-class errors (four by default):
-                 labelled, never replaced by the schedule
-    final_error  a non-retryable error ends the run's attempts; `class` says whose:
-                 operator      auth, billing, quota: a person must act (the runner pauses)
-                 model         context_length, content_filter: the system's own
-                               behaviour; stands as its result
-                 inconclusive  bad_request, malformed_response: says nothing about
-                               the model; stands, and the runner may rerun it
-                 harness       AttemptDeadline, harness_error
-                 ceiling       budget_stop
-
-Transport-class errors have class `provider`. Reruns of a whole run (with the
-replaced attempts archived) are the runner's decision, not this schedule's.
+The manual: docs/running.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
 """The interleaved study runner: `run_stage` (the library call) behind `proctor run` and the notebook.
 
-`proctor run PREREG --stage S --results DIR` and `notebooks/run_study.ipynb`
-make the same call, `run_stage(prereg_dir, stage, results_dir, ...)`. The
-results folder's files and fields are documented in
-`harness.run.records`; the rules are:
-
-- Lanes: each system runs `run.lanes_per_system` lanes (the plan's `lane`) as
-  asyncio tasks over one shared `Transport`; a lane takes its items in
-  `lane_position` order, runs each item's cells in arm order (then repeat),
-  then the reruns they asked for in passes, and only then its next item.
-- Admission (`run_records.admission_decision`) under the ledger lock, with the
-  ceiling in the same decision; after one refusal the system refuses for good.
-- The ceiling (overall cap + margin, spend before included) is crossed when the
-  total exceeds it: no attempt starts afterwards, attempts under way end as
-  `budget_stop`, and every system's log gets a `ceiling` event.
-- An attempt running past `run.attempt_deadline_s` is recorded as
-  `AttemptDeadline`, the system stops (cause `deadline`), and the abandoned
-  request's spend, when it arrives, is a `late_cost` event.
-- The end of each run (cell x rerun) is a final; its class and action come from
-  `run_records.classify`/`action_for`.
-- Signals: the first SIGINT/SIGTERM stops every system (cause `interrupt`);
-  attempts in flight finish and are saved; exit 1. The second exits at once
-  with 128 + the signal number (everything already appended is fsynced).
-
-Every event time is `Clock.now()` taken under the ledger lock that orders the
-event; the clock's floor is the latest time found in the files.
+The manual: docs/running.md.
 """
 
 from __future__ import annotations

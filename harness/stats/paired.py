@@ -1,62 +1,6 @@
 """Paired and independent comparisons of two pass rates, with TOST equivalence.
 
-Notation (two systems A and B scored on the same ``n`` pairs)::
-
-                 B pass   B fail
-        A pass    n11      b10
-        A fail    b01      n00
-
-    p_a = (n11 + b10)/n,  p_b = (n11 + b01)/n,  d = p_a - p_b = (b10 - b01)/n
-
-Equivalence at margin ``m`` (TOST, Schuirmann 1987): reject both
-``H0-: d <= -m`` (p_lower) and ``H0+: d >= +m`` (p_upper) at level ``alpha``;
-the TOST p-value is ``max(p_lower, p_upper)`` and corresponds to the
-``1 - 2 alpha`` interval lying inside ``(-m, m)``.
-
-Wald (Liu, Hsueh, Hsieh and Chen 2002, Stat Med 21:231-245; variance at the
-unrestricted MLE)::
-
-    se^2 = ((b10 + b01)/n - d^2) / n
-    z-  = (d + m)/se,  p_lower = 1 - Phi(z-)
-    z+  = (d - m)/se,  p_upper = Phi(z+)
-
-Tango (1998, Stat Med 17:891-908) score test; under ``H0: d = delta`` the
-restricted MLE of ``p01`` (with ``p10 = p01 + delta``) is the root of
-``A p^2 + B p + C = 0`` with::
-
-    A = 2n
-    B = -(b10 + b01) + (2n - b10 + b01) delta
-    C = -b01 delta (1 - delta)
-    p01~ = (-B + sqrt(B^2 - 4AC)) / (2A)
-
-(the score equation of the profile likelihood
-``b10 log(p + delta) + b01 log p + (n - b10 - b01) log(1 - 2p - delta)``), and::
-
-    z(delta) = (d - delta) / sqrt((2 p01~ + delta - delta^2) / n)
-
-evaluated at ``delta = -m`` (p_lower = 1 - Phi) and ``delta = +m``
-(p_upper = Phi). This is the RMLE-based score test of Liu et al. (2002).
-
-Repeats: when ``items`` names an item more than once, pairs are clustered by
-item. The standard error is then the cluster-robust (CR0, Liang and Zeger
-1986) one::
-
-    se_c^2 = sum_j (S_j - n_j d)^2 / n^2
-
-with ``S_j`` the sum of ``a - b`` over item ``j``'s ``n_j`` pairs; for
-balanced repeats this is the (ddof 0) variance of the per-item mean
-differences divided by the number of items, and with one pair per item it is
-exactly the paired Wald ``se``. The Wald TOST and interval use ``se_c``; the
-Tango variance is multiplied by the design effect ``se_c^2 / se^2``
-(Rao and Scott 1992, Biometrics 48:577-585). McNemar's test ignores clustering.
-
-McNemar's exact test (two-sided): ``min(1, 2 * Binom(min(b10, b01); b10 + b01, 1/2))``.
-
-A zero standard error (no discordant pairs for Wald; identical outcomes in
-the independent test) makes a Wald statistic infinite: a one-sided p-value is
-then 0 when ``d`` is strictly on the alternative side of the bound and 1
-otherwise. This is the Wald method's known weakness with no discordant
-pairs; the Tango score method (the default) stays well defined.
+The manual: docs/statistics.md.
 """
 
 from __future__ import annotations

@@ -1,45 +1,6 @@
 """Items needed to show equivalence of two pass rates (TOST), from registered expectations.
 
-Everything here is the normal approximation, computed with the standard
-library's `statistics.NormalDist` (no scipy), for two one-sided tests (TOST)
-at level `alpha` each, equivalence margin `m`, and expected pass rates `p_a`,
-`p_b` (so the expected difference is `delta = p_a - p_b`).
-
-Paired design (`paired_tost`: both systems answer the same items). With
-`D_i = X_ai - X_bi` the per-item difference of two Bernoulli outcomes whose
-correlation is `rho`::
-
-    sigma_d^2 = p_a(1-p_a) + p_b(1-p_b) - 2 rho sqrt(p_a(1-p_a) p_b(1-p_b))
-
-Independent design (`independent_tost`: two samples of `n` items each): the
-same with `rho = 0`, and `n` counts items per system.
-
-With `SE = sigma_d / sqrt(n)`, TOST rejects both null hypotheses when the
-observed difference lies in `(-m + z_{1-alpha} SE, m - z_{1-alpha} SE)`, so
-its power is (exact for a normal estimate with known SE)::
-
-    power(n) = Phi((m - delta)/SE - z_{1-alpha}) + Phi((m + delta)/SE - z_{1-alpha}) - 1   (floored at 0)
-
-The closed form for the items needed (Chow, Shao & Wang, "Sample Size
-Calculations in Clinical Research", 2nd ed., Chapman & Hall/CRC 2008,
-chapters 3-4, "test for equivalence" of the one-sample design, which a
-paired design reduces to through its differences, and of the two-sample
-parallel design)::
-
-    n = ceil((z_{1-alpha} + z_{1-beta/2})^2 sigma_d^2 / m^2)              when delta == 0
-    n = ceil((z_{1-alpha} + z_{1-beta})^2 sigma_d^2 / (m - |delta|)^2)    when delta != 0
-
-With `delta == 0` it is exactly the smallest `n` with `power(n) >= 1 - beta`.
-With `delta != 0` it drops the far tail, so it can undershoot by an item or
-two; `items_needed` therefore reports the closed form and, as `n`, the
-smallest `n` whose `power(n)` reaches the target (found by search from the
-closed form). So `power(n) >= target > power(n - 1)` always holds.
-
-Not achievable (`n` is None, with the reason): `|delta| >= m` (to within
-1e-12, so that 0.6 - 0.7 counts as the margin 0.1; equivalence
-within the margin cannot be shown at any n), or a correlation that two
-Bernoulli outcomes with these rates cannot have (`correlation_bounds`), since
-the variance formula would then understate the items needed.
+The manual: docs/statistics.md.
 """
 
 from __future__ import annotations

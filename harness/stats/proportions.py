@@ -2,6 +2,8 @@
 
 Both functions refuse ``n <= 0``, ``passes`` outside ``[0, n]`` and ``alpha``
 outside ``(0, 1)`` with ``ValueError``; callers validate their own inputs.
+
+The manual: docs/statistics.md.
 """
 
 from __future__ import annotations

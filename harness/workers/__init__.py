@@ -1,1 +1,4 @@
-"""Worker processes: process groups, timeouts, escaped descendants."""
+"""Worker processes: process groups, timeouts, escaped descendants.
+
+The manual: docs/gated-path.md.
+"""

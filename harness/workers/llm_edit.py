@@ -1,17 +1,6 @@
 """`proctor worker llm-edit`: the smallest real agent.
 
-It sends the task prompt and the files in scope to a model through a provider
-adapter, and writes back the files the model returns whole (the format in
-`harness.providers.edit_format`). Only files in scope are written. It runs as a
-dispatched worker: the prompt file, the task id, the scope and the heartbeat
-come from the `PROCTOR_*` variables that `proctor dispatch` sets. In a bwrap
-sandbox it has no network: it reaches the metering proxy only through the
-Unix socket named by `PROCTOR_PROXY_SOCKET` (the host in its base URL is
-then ignored).
-
-Exit codes: 0 at least one file in scope written; 1 the model answered but
-with no usable file; 75 the provider failed (the escalation rule then
-switches provider, not tier).
+The manual: docs/models.md.
 """
 
 from __future__ import annotations

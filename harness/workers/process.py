@@ -1,19 +1,6 @@
 """Run a child in its own process group with a deadline, and find what outlives it.
 
-proctor makes itself a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so a
-descendant that escapes the group with `setsid()` and is orphaned is
-re-parented to proctor instead of init: after the child exits, every
-descendant still alive is a detached payload, recorded and killed.
-
-A child wrapped in a bwrap sandbox (`harness.workers.sandbox`) lives in its
-own pid namespace: when its command ends, bwrap's init in the namespace ends
-and the kernel kills every process left in it before the child is reaped, so
-nothing can outlive it. bwrap itself may exit a moment before its init has
-finished (its init reports the command's status first); that init, in the
-sandbox's pid namespace and re-parented to proctor, is waited for and reaped,
-never counted as detached. At the deadline the command's processes get
-SIGTERM, then the namespace's init SIGKILL, which takes the whole namespace
-with it.
+The manual: docs/gated-path.md.
 """
 
 from __future__ import annotations

@@ -1,41 +1,6 @@
 """The sandbox a worker or a verifier runs in: what it is, how an argv is wrapped, how it is recorded.
 
-Two kinds. ``bwrap`` (bubblewrap, the default) runs the command in fresh
-namespaces with an allow-list of the file system; ``none`` runs it as the
-proctor's own user with everything that user can reach, and every record
-says so (``"guarantee": "weaker"``). The kind comes from ``--sandbox``, then
-``PROCTOR_SANDBOX``, then ``bwrap``; the bwrap binary from ``PROCTOR_BWRAP``,
-then ``bwrap`` on ``PATH``. Where it is missing or cannot make namespaces
-here, `resolve_sandbox` refuses ``sandbox_unavailable`` saying why.
-
-What a bwrap sandbox holds, in this order (the exact options are recorded):
-
-1. Namespaces: ``--unshare-all`` (pid, net, ipc, uts, cgroup; user) with
-   ``--unshare-user --disable-userns`` where the host allows it (the
-   command cannot make a namespace of its own to regain capabilities),
-   ``--cap-drop ALL``, ``--die-with-parent``, ``--new-session``.
-2. The system, read-only: ``/usr``, ``/bin``, ``/sbin``, ``/lib*`` (links
-   kept as links), ``/etc`` with its secrets masked (``/dev/null`` bound
-   over ``/etc/shadow`` and friends: unreadable in a user namespace, which
-   refuses device nodes, else empty; ``/etc/ssh`` and ``/etc/ssl/private``
-   empty folders), the Python prefixes (``sys.base_prefix``, ``sys.prefix``) and
-   the installed ``harness`` package (the built-in workers run it).
-3. ``/proc`` of its own pid namespace, a minimal ``/dev`` and a private
-   ``/tmp`` (a tmpfs, gone with the sandbox).
-4. What this run is given (`View`): its folder read-write (the workspace,
-   or the verification copy), files placed at fixed paths under
-   ``/run/proctor`` (the prompt, the heartbeat folder, the proxy socket),
-   and read-only paths it names (a worker's argv) with every withheld path
-   beneath them left out: a withheld path is simply not there.
-5. ``--remount-ro /``: nothing else is writable, not even the empty folders
-   bwrap made to hold the mounts.
-
-Everything else (the state root, sealed and hidden copies, receipts,
-results folders, the repository's ``evals/``) is not in the sandbox at all.
-The environment is the one the caller builds (`sandbox_env`): bwrap passes
-its own environment on, so values never appear on a command line or in a
-record (``--setenv`` would put a credential in ``/proc/*/cmdline``); the
-record lists the variable names.
+The manual: docs/sandbox.md.
 """
 
 from __future__ import annotations
