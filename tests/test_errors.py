@@ -1,4 +1,4 @@
-"""Refusals: the JSON shape every command prints under --json (DESIGN.md, Commands)."""
+"""Refusals: the JSON shape every command prints under --json (docs/design.md, Commands)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durable writes and private folders (DESIGN.md, "State outside the workspace")."""
+"""Durable writes and private folders (docs/design.md, "State outside the workspace")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Strict reading of saved inputs and canonical JSON (DESIGN.md, "Reading saved inputs")."""
+"""Strict reading of saved inputs and canonical JSON (docs/design.md, "Reading saved inputs")."""
 
 from __future__ import annotations
 

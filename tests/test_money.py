@@ -1,4 +1,4 @@
-"""Money: strict cost parsing and exact sums (DESIGN.md, "Reading saved inputs")."""
+"""Money: strict cost parsing and exact sums (docs/design.md, "Reading saved inputs")."""
 
 from __future__ import annotations
 
