@@ -1,7 +1,8 @@
 """Anchors for `anchors.jsonl`: every chained log's line count and head, every manifest's sha256.
 
 Written every `ANCHOR_EVERY_S` seconds while a stage runs and at the end of
-each invocation. No anchor command (a git push of a snapshot) is run yet.
+each invocation. The anchor command (a git push of a snapshot, with
+`run.anchor_remote`) is `harness.run.anchor_push`.
 
 The manual: docs/running.md.
 """
