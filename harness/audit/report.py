@@ -46,8 +46,8 @@ from harness.audit.oracle import Problem, run_problems
 from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.meter.usage import CATEGORIES
 from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.records.usage import CATEGORIES
 from harness.run.attempts import Plan, read_plan
 from harness.run.records import log_seed, receipt_name
 
