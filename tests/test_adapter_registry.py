@@ -73,6 +73,7 @@ def _describe(doc: Mapping[str, Any]) -> Described:
 
 ECHO = types.SimpleNamespace(
     API_SHAPE="echo_lines",
+    FREE_PATH_SUFFIXES=("/echo/count",),
     build_request=_build,
     parse_response=_parse,
     classify_error=_classify,
@@ -130,9 +131,11 @@ def test_a_registered_shape_goes_through_transport_and_wire_log(echo: None, tmp_
         assert server.received[0].header("x-echo-key") == "k-123456789"
     assert exchange.parsed.ok and exchange.parsed.text == "hello"
     log.append_exchange(exchange)
-    (rec,) = read_wire(tmp_path / "w.jsonl", "t")
+    log.append_raw("unknown", None, server.url + "/echo/count", b"{}", 200, b"{}", 1.0, 2.0)  # free, says the adapter
+    rec, free = read_wire(tmp_path / "w.jsonl", "t")
     assert rec.api_shape == "echo_lines" and rec.usage == TokenUsage(input=1000, output=250)
-    assert meter_wire([rec], PRICING).cost.total == pytest.approx(0.0015)
+    totals = meter_wire([rec, free], PRICING)
+    assert totals.cost.total == pytest.approx(0.0015) and totals.not_metered == 1
 
 
 def test_a_registered_shape_is_recorded_by_the_proxy(echo: None, tmp_path: Path) -> None:

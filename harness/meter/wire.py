@@ -31,8 +31,8 @@ Metering (`meter_wire`): a request the provider refused (a non-2xx status)
 whose body reports no usage is counted in `errors_unbilled`, not as unknown:
 providers do not bill refused requests. A request with no response at all
 (`status: null`, e.g. a timeout) may have been billed and meters as unknown.
-GET/HEAD/OPTIONS requests and token-counting endpoints are not metered
-(`not_metered`); any other POST to an unknown path meters as usage unknown.
+GET/HEAD/OPTIONS requests and token-counting endpoints (each adapter's
+`FREE_PATH_SUFFIXES`) are not metered (`not_metered`); any other POST to an unknown path meters as usage unknown.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from harness.meter.exchange import (
 )
 from harness.meter.pricing import PricingTable
 from harness.providers.base import ERROR_CODES, Exchange
-from harness.providers.registry import find_adapter
+from harness.providers.registry import find_adapter, free_path
 from harness.records.usage import CATEGORIES, TokenUsage
 
 __all__ = [
@@ -75,7 +75,6 @@ __all__ = [
 SEED_PREFIX: Final = "proctor-wire:"
 WIRE_KIND: Final = "wire-exchange.v1"
 VIAS: Final = ("direct", "proxy")
-_FREE_SUFFIXES: Final = ("/count_tokens", ":countTokens")
 _FIELDS: Final = frozenset({
     "kind", "api_shape", "model", "method", "url", "request_body", "request_sha256", "status",
     "response_raw", "response_sha256", "content_encoding", "stream", "started", "ended", "latency_s",
@@ -417,7 +416,7 @@ def _disposition(rec: WireRecord) -> str:
     """"meter", "error" (refused, unbilled) or "skip" (not a billable exchange)."""
     if rec.api_shape == "unknown":
         path = rec.url.split("?", 1)[0].rstrip("/")
-        if rec.method in ("GET", "HEAD", "OPTIONS") or path.endswith(_FREE_SUFFIXES):
+        if rec.method in ("GET", "HEAD", "OPTIONS") or free_path(path):
             return "skip"
         return "meter"
     if rec.status is not None and not 200 <= rec.status < 300 and rec.usage is None:

@@ -166,6 +166,9 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
 
 # ---- metering: what the wire log reads from an exchange of this shape
 
+FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = ("/count_tokens",)
+"""Token-counting endpoints (`/messages/count_tokens`): free, so never metered."""
+
 
 def parse_usage(body: Any) -> TokenUsage | None:
     """The usage in a decoded response body, or None when unknown."""

@@ -62,6 +62,7 @@ from harness.records.usage import TokenUsage
 __all__ = [
     "API_SHAPE",
     "FILTER_REASONS",
+    "FREE_PATH_SUFFIXES",
     "THINKING_BUDGETS",
     "build_request",
     "classify_error",
@@ -204,6 +205,9 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
 
 
 # ---- metering: what the wire log reads from an exchange of this shape
+
+FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = (":countTokens",)
+"""Token-counting endpoints (`:countTokens`): free, so never metered."""
 
 _MODEL_PATH: Final = re.compile(r"/models/([^/:]+):(?:stream)?[Gg]enerate[Cc]ontent$")
 

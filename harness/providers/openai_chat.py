@@ -55,6 +55,7 @@ from harness.records.usage import TokenUsage
 
 __all__ = [
     "API_SHAPE",
+    "FREE_PATH_SUFFIXES",
     "REASONING_EFFORTS",
     "build_request",
     "classify_error",
@@ -167,6 +168,8 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
 
 
 # ---- metering: what the wire log reads from an exchange of this shape
+
+FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = ()
 
 
 def parse_usage(body: Any) -> TokenUsage | None:

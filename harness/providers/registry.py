@@ -28,6 +28,7 @@ __all__ = [
     "api_shapes",
     "classify_error",
     "find_adapter",
+    "free_path",
     "model_from_request",
     "register",
     "request_streams",
@@ -78,6 +79,11 @@ class Adapter(Protocol):
 
     def model_from_path(self, path: str) -> str | None:
         """The model the URL path names, if this shape puts it there."""
+        ...
+
+    @property
+    def FREE_PATH_SUFFIXES(self) -> tuple[str, ...]:
+        """Endpoints of this provider that are never billed (token counting), by path suffix."""
         ...
 
 
@@ -146,6 +152,11 @@ def model_from_request(path: str, body: bytes) -> str | None:
         return str(doc["model"])
     p = urlsplit(path).path
     return next((m for a in ADAPTERS.values() if (m := a.model_from_path(p)) is not None), None)
+
+
+def free_path(path: str) -> bool:
+    """Whether a request path (no query, no trailing slash) is an endpoint no provider bills."""
+    return any(path.endswith(adapter.FREE_PATH_SUFFIXES) for adapter in ADAPTERS.values())
 
 
 def request_streams(api_shape: str, url: str, body: bytes) -> bool:
