@@ -399,7 +399,7 @@ def analyze_frame(attempts: pl.DataFrame, design: Design, *, stages: Sequence[st
     """Every computed table from a scored-attempts frame and the registered design (no I/O).
 
     Args:
-        attempts: the report's scored attempts (`harness.analysis.tables.ATTEMPT_COLUMNS`), one row per
+        attempts: the report's scored attempts (`harness.audit.frame.ATTEMPT_COLUMNS`), one row per
             standing cell (stage, system, arm, item, repeat).
         design: the registered design (comparisons, alpha, test, clustering, power).
         stages: the stages to report (rows appear for each even without attempts); default: the

@@ -60,10 +60,11 @@ from harness.errors import Refusal
 from harness.evidence.chain import PROBLEM_KINDS, ChainStatus, verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import lock_holder
-from harness.notebooks.stage import OUTPUT_REASONS
+from harness.evidence.paths import repo_root
 from harness.prereg.design import Design, load_design
 from harness.prereg.freeze import FrozenPrereg, check_frozen
 from harness.run.anchor_push import Pushed, read_pushed, resolve_remote
+from harness.run.anchors import OUTPUT_REASONS
 from harness.run.records import ANCHOR_KIND, LOGS, log_seed
 
 __all__ = ["ANCHOR_REASONS", "Audit", "LogCheck", "StageAudit", "anchor_form", "audit_results"]
@@ -209,8 +210,6 @@ def _locate_despite(here: str, folders: list[str], prereg: PathArg | None, root:
         except Refusal:
             continue  # check_stage names the plan that does not read
     if prereg is None:
-        from harness.notebooks.stage import repo_root
-
         base = root if root is not None else repo_root()
         freezes = sorted({r.frozen_sha256 for r in refs.values()})
         if not freezes:
