@@ -145,17 +145,17 @@ def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_every_part_has_a_layer() -> None:
     parts = {_package(name) for name in _modules()} - {""}
-    assert sorted(parts - set(RANK)) == []
+    assert not parts - set(RANK), f"parts of harness/ with no layer in LAYERS: {sorted(parts - set(RANK))}"
 
 
 def test_no_import_cycle_between_modules() -> None:
     cycles = [" -> ".join(cycle) for cycle in _cycles(_graph())]
-    assert cycles == []
+    assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
 
 
 def test_no_import_cycle_between_packages() -> None:
     cycles = [" -> ".join(cycle) for cycle in _cycles(_package_graph(_graph()))]
-    assert cycles == []
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
 
 
 def test_no_upward_import() -> None:
@@ -170,7 +170,7 @@ def test_no_upward_import() -> None:
                 upward.append(f"{source} -> {target} (nothing imports the root package)")
             elif RANK[high] > RANK[low]:
                 upward.append(f"{source} -> {target} ({low} is below {high})")
-    assert upward == []
+    assert not upward, "upward imports (see LAYERS):\n" + "\n".join(upward)
 
 
 def _example_graph() -> dict[str, set[str]]:
