@@ -192,6 +192,7 @@ def test_cycle_finder_names_the_cycle() -> None:
         ("from .. import errors", "harness.evidence.tree", {"harness.errors"}),
         ("from .chain import x", "harness.evidence", {"harness.evidence.chain"}),
         ("import harness.evidence.chain", "harness.run.x", {"harness.evidence.chain"}),
+        ("def f():\n    from harness.evidence.tree import x\n", "harness.run.x", {"harness.evidence.tree"}),
         (
             "if TYPE_CHECKING:\n    from harness.evidence import chain\n",
             "harness.run.x",
