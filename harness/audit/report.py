@@ -13,13 +13,13 @@ from typing import Any
 
 import polars as pl
 
-from harness.analysis.tables import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
+from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
 from harness.audit.oracle import Problem, run_problems
 from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.meter.usage import CATEGORIES
 from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.records.usage import CATEGORIES
 from harness.run.attempts import Plan, read_plan
 from harness.run.records import log_seed, receipt_name
 
