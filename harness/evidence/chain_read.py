@@ -1,6 +1,6 @@
-"""Chained append-only JSONL logs: the format, and reading and verifying a log (DESIGN.md, "Chained logs").
+"""Chained append-only JSONL logs: the format, and reading and verifying a log.
 
-The manual: docs/evidence.md.
+The manual: docs/evidence.md ("Chained logs").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Tree signatures: what a receipt says was verified (DESIGN.md, "Tree signature").
+"""Tree signatures: what a receipt says was verified.
 
-The manual: docs/evidence.md.
+The manual: docs/evidence.md ("Tree signature").
 """
 
 from __future__ import annotations
