@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.records.attempt import TOKEN_CATEGORIES
+
 __all__ = ["API_SHAPES", "CATEGORIES", "TokenUsage", "usage_from_response"]
 
 API_SHAPES = ("openai_chat", "openai_responses", "anthropic_messages", "gemini_generate")
-CATEGORIES = ("input", "cached_input", "cache_write", "output", "reasoning")
+CATEGORIES = TOKEN_CATEGORIES  # the attempt record's token categories (harness.records.attempt)
 
 
 @dataclass(frozen=True)

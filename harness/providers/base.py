@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.meter.usage import TokenUsage
+from harness.records.attempt import PROVIDER_ERROR_CODES
 
 __all__ = [
     "ERROR_CODES",
@@ -21,19 +22,7 @@ __all__ = [
     "ProviderRequest",
 ]
 
-ERROR_CODES: Final = (
-    "transport",
-    "timeout",
-    "rate_limited",
-    "server_error",
-    "auth",
-    "billing",
-    "quota",
-    "bad_request",
-    "context_length",
-    "content_filter",
-    "malformed_response",
-)
+ERROR_CODES: Final = PROVIDER_ERROR_CODES  # declared with the attempt record (harness.records.attempt)
 
 
 @dataclass(frozen=True)
