@@ -69,7 +69,7 @@ def _problem(file: str, line: int | None, rule: str, message: str) -> Problem:
 
 
 def _fresh_plan_bytes(frozen: FrozenPrereg, stage: str) -> bytes:
-    from harness.run.runner import _stage_plan_bytes
+    from harness.run.setup import stage_plan_bytes as _stage_plan_bytes
 
     return _stage_plan_bytes(frozen.path, frozen.design, stage)
 
