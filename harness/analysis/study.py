@@ -71,7 +71,7 @@ from harness.prereg.freeze import (
     check_frozen,
 )
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
-from harness.run.records import LOGS, log_seed
+from harness.run.layout import LOGS, log_seed
 from harness.stats.paired import independent_tost, paired_from_counts
 from harness.stats.power import items_needed, minimum_detectable_margin, tost_power
 

@@ -63,8 +63,9 @@ from harness.evidence.lock import lock_holder
 from harness.notebooks.stage import OUTPUT_REASONS
 from harness.prereg.design import Design, load_design
 from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.records.anchor import ANCHOR_FIELDS, ANCHOR_KIND
 from harness.run.anchor_push import Pushed, read_pushed, resolve_remote
-from harness.run.records import ANCHOR_KIND, LOGS, log_seed
+from harness.run.layout import LOGS, log_seed
 
 __all__ = ["ANCHOR_REASONS", "Audit", "LogCheck", "StageAudit", "anchor_form", "audit_results"]
 
@@ -285,7 +286,7 @@ def _log_entry_form(name: str, entry: Any) -> str | None:
 
 def anchor_form(record: Mapping[str, Any], first: bool) -> list[str]:
     """What is wrong with the form of one `anchors.jsonl` record ([] when it is an `anchor.v1` as written)."""
-    want = {"kind", "at", "reason", "logs", "manifests", "prev", *(("seed",) if first else ())}
+    want = {*ANCHOR_FIELDS, "prev", *(("seed",) if first else ())}
     if set(record) != want:
         return [f"keys {sorted(record)} are not {sorted(want)}"]
     out = []

@@ -48,8 +48,9 @@ from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.meter.usage import CATEGORIES
 from harness.prereg.freeze import FrozenPrereg, check_frozen
-from harness.run.attempts import Plan, read_plan
-from harness.run.records import log_seed, receipt_name
+from harness.records.plan import Plan
+from harness.run.attempts import read_plan
+from harness.run.layout import log_seed, receipt_name
 
 __all__ = ["Report", "build_report", "check_stage"]
 

@@ -39,7 +39,8 @@ from harness.evidence.chain import read_log, verify_log
 from harness.evidence.clock import Clock
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
-from harness.run.records import LOGS, RunProgress, RunSummary, log_seed, stage_folder
+from harness.run.layout import LOGS, log_seed, stage_folder
+from harness.run.summary import RunProgress, RunSummary
 
 __all__ = [
     "KERNEL_NAME",
