@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from harness.evidence.jsonio import sha256_hex
 from harness.records._shape import CHAIN_KEYS, Fields, refusal
+from harness.records.usage import CATEGORIES
 
 __all__ = [
     "ATTEMPT_ERROR_CODES", "ATTEMPT_KIND", "COST_STATUSES", "HARNESS_ERROR_CODES", "PROVIDER_ERROR_CODES",
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 ATTEMPT_KIND: Final = "model-attempt.v1"
-TOKEN_CATEGORIES: Final = ("input", "cached_input", "cache_write", "output", "reasoning")
+TOKEN_CATEGORIES: Final = CATEGORIES
 COST_STATUSES: Final = ("metered", "usage_unknown", "price_unknown")
 PROVIDER_ERROR_CODES: Final = (
     "transport", "timeout", "rate_limited", "server_error", "auth", "billing", "quota", "bad_request",

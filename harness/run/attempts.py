@@ -13,8 +13,8 @@ from typing import Any
 from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost
-from harness.meter.usage import API_SHAPES, TokenUsage
 from harness.providers.base import Exchange
+from harness.providers.registry import API_SHAPES
 from harness.records.attempt import (
     ATTEMPT_ERROR_CODES,
     ATTEMPT_KIND,
@@ -33,6 +33,7 @@ from harness.records.plan import (
     attempts_seed,
 )
 from harness.records.plan import read_plan as _read_plan
+from harness.records.usage import TokenUsage
 
 __all__ = [
     "ATTEMPTS_SEED_PREFIX",
