@@ -12,7 +12,7 @@ DOCS = REPO / "docs"
 # The pages the manual is made of (docs/refusals.md is generated from harness.errors, and tested there).
 PAGES = (
     "index.md", "design.md", "layout.md", "commands.md", "gated-path.md", "sandbox.md", "evidence.md",
-    "models.md", "local-model.md", "evals.md", "prereg.md", "running.md", "records.md", "audit.md",
+    "models.md", "local-model.md", "evals.md", "prereg.md", "running.md", "run.md", "records.md", "audit.md", "oracle.md",
     "analysis.md", "statistics.md", "notebooks.md", "benchmarks.md",
 )
 
