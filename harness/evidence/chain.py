@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, LogRefusal, Refusal
 from harness.evidence.fsutil import fsync_dir
 from harness.evidence.jsonio import MAX_DEPTH, canonical_bytes, file_kind, loads_strict, sha256_hex
 
@@ -398,26 +398,26 @@ def _open_regular(path: str, flags: int) -> int:
         fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         if os.path.islink(path):
-            raise Refusal(
-                "dangling_link", f"link points to nothing: {os.readlink(path)!r}", path
+            raise InputRefusal(
+                Code.DANGLING_LINK, f"link points to nothing: {os.readlink(path)!r}", path
             ) from None
-        raise Refusal("file_missing", "no such file", path) from None
+        raise InputRefusal(Code.FILE_MISSING, "no such file", path) from None
     except IsADirectoryError:
-        raise Refusal("not_a_regular_file", "a folder, not a file", path) from None
+        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a folder, not a file", path) from None
     except PermissionError:
-        raise Refusal("file_unreadable", "permission denied", path) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, "permission denied", path) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refusal("link_loop", "too many levels of links", path) from None
+            raise InputRefusal(Code.LINK_LOOP, "too many levels of links", path) from None
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing without a reader
-            raise Refusal(
-                "not_a_regular_file", "a socket or unopenable special file", path
+            raise InputRefusal(
+                Code.NOT_A_REGULAR_FILE, "a socket or unopenable special file", path
             ) from None
-        raise Refusal("file_unreadable", exc.strerror or str(exc), path) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, exc.strerror or str(exc), path) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refusal("not_a_regular_file", f"a {file_kind(st.st_mode)}, not a regular file", path)
+            raise InputRefusal(Code.NOT_A_REGULAR_FILE, f"a {file_kind(st.st_mode)}, not a regular file", path)
     except BaseException:
         os.close(fd)
         raise
@@ -433,8 +433,8 @@ def _lock_shared(fd: int, path: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise Refusal(
-                    "log_locked", f"a writer held the log for over {_LOCK_WAIT_S:.0f} s", path
+                raise LogRefusal(
+                    Code.LOG_LOCKED, f"a writer held the log for over {_LOCK_WAIT_S:.0f} s", path
                 ) from None
             time.sleep(0.01)
         except OSError as exc:
@@ -451,8 +451,8 @@ def _write_all(fd: int, data: bytes, path: str) -> None:
         while written < len(view):
             written += os.write(fd, view[written:])
     except OSError as exc:
-        raise Refusal(
-            "log_write_failed",
+        raise LogRefusal(
+            Code.LOG_WRITE_FAILED,
             f"append failed after {written} of {len(data)} bytes: {exc.strerror or exc}",
             path,
             written=written,
@@ -472,7 +472,7 @@ def _pread_exact(fd: int, size: int, offset: int, path: str) -> bytes:
     while got < size:
         part = os.pread(fd, size - got, offset + got)
         if not part:
-            raise Refusal("log_changed", "the log shrank while it was locked", path)
+            raise LogRefusal(Code.LOG_CHANGED, "the log shrank while it was locked", path)
         parts.append(part)
         got += len(part)
     return b"".join(parts)
@@ -496,7 +496,7 @@ def _count_newlines(fd: int, size: int) -> int:
 
 def _resolve_seed(seed: str | None) -> str | None:
     if seed is not None and not isinstance(seed, str):
-        raise Refusal("log_seed_invalid", "a seed must be a string")
+        raise LogRefusal(Code.LOG_SEED_INVALID, "a seed must be a string")
     return seed
 
 
@@ -521,7 +521,7 @@ def verify_log(path: PathArg, seed: str | None = None) -> ChainStatus:
 
 
 def _refuse_problem(path: str, problem: ChainProblem) -> Refusal:
-    code = "log_torn_tail" if problem.kind == "torn_tail" else "log_broken"
+    code = Code.LOG_TORN_TAIL if problem.kind == "torn_tail" else Code.LOG_BROKEN
     return Refusal(code, problem.message, path, line=problem.line, kind=problem.kind)
 
 
@@ -558,7 +558,7 @@ class ChainedLog:
 
     def __init__(self, path: PathArg, seed: str) -> None:
         if not isinstance(seed, str) or not seed:
-            raise Refusal("log_seed_invalid", "a log's seed must be a non-empty string", path)
+            raise LogRefusal(Code.LOG_SEED_INVALID, "a log's seed must be a non-empty string", path)
         self.path = os.fspath(path)
         self.seed = seed
         self._tail: _Tail | None = None
@@ -576,7 +576,7 @@ class ChainedLog:
             try:
                 return _open_regular(self.path, flags), False
             except Refusal as exc:
-                if exc.code != "file_missing" or not append:
+                if exc.code != Code.FILE_MISSING or not append:
                     raise
             try:
                 fd = os.open(
@@ -587,18 +587,18 @@ class ChainedLog:
             except FileExistsError:
                 continue  # another writer created it first: open theirs
             except FileNotFoundError:
-                raise Refusal(
-                    "folder_missing", "the log's folder does not exist", self.path
+                raise InputRefusal(
+                    Code.FOLDER_MISSING, "the log's folder does not exist", self.path
                 ) from None
             except PermissionError:
-                raise Refusal("file_unwritable", "permission denied", self.path) from None
+                raise LogRefusal(Code.FILE_UNWRITABLE, "permission denied", self.path) from None
             return fd, True
 
     def _stat_key(self, st: os.stat_result) -> tuple[int, int, int, int]:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _refuse_line(
-        self, fd: int, size: int, code: str, lineno: int | None, kind: str, message: str
+        self, fd: int, size: int, code: Code, lineno: int | None, kind: str, message: str
     ) -> Refusal:
         if lineno is None:
             lineno = _count_newlines(fd, size)  # the last line of a log ending with a newline
@@ -616,8 +616,8 @@ class ChainedLog:
             return None
         if _pread_exact(fd, 1, size - 1, self.path) != b"\n":
             lineno = _count_newlines(fd, size) + 1
-            raise Refusal(
-                "log_torn_tail",
+            raise LogRefusal(
+                Code.LOG_TORN_TAIL,
                 f"line {lineno} has no newline: a torn tail; run repair before appending",
                 self.path,
                 line=lineno,
@@ -628,12 +628,12 @@ class ChainedLog:
         checked = _check_form(last)
         if checked.obj is None:
             raise self._refuse_line(
-                fd, size, "log_broken", 1 if start == 0 else None, checked.kind, checked.message
+                fd, size, Code.LOG_BROKEN, 1 if start == 0 else None, checked.kind, checked.message
             )
         prev = checked.obj.get("prev")
         if not isinstance(prev, str) or len(prev) != 64:
             raise self._refuse_line(
-                fd, size, "log_broken", 1 if start == 0 else None, "missing_prev", "no prev hash"
+                fd, size, Code.LOG_BROKEN, 1 if start == 0 else None, "missing_prev", "no prev hash"
             )
         if self._seed_checked != (st.st_dev, st.st_ino):
             self._check_first_line(fd, size, last if start == 0 else None)
@@ -671,12 +671,12 @@ class ChainedLog:
         if checked.obj is not None:
             checked = _check_link(checked.obj, 1, None, None)
         if checked.obj is None:
-            raise Refusal(
-                "log_broken", f"line 1: {checked.message}", self.path, line=1, kind=checked.kind
+            raise LogRefusal(
+                Code.LOG_BROKEN, f"line 1: {checked.message}", self.path, line=1, kind=checked.kind
             )
         if checked.obj["seed"] != self.seed:
-            raise Refusal(
-                "log_seed_mismatch",
+            raise LogRefusal(
+                Code.LOG_SEED_MISMATCH,
                 f"the log's seed is {checked.obj['seed']!r}, this writer's is {self.seed!r}",
                 self.path,
                 line=1,
@@ -687,15 +687,15 @@ class ChainedLog:
 
     def _prepare(self, record: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(record, Mapping):
-            raise Refusal(
-                "log_record_invalid",
+            raise LogRefusal(
+                Code.LOG_RECORD_INVALID,
                 f"a record must be a mapping, not {type(record).__name__}",
                 self.path,
             )
         for key in _RESERVED:
             if key in record:
-                raise Refusal(
-                    "log_record_reserved",
+                raise LogRefusal(
+                    Code.LOG_RECORD_RESERVED,
                     f"a record may not carry {key!r}: the log writes it",
                     self.path,
                 )
@@ -711,18 +711,18 @@ class ChainedLog:
         try:
             raw = canonical_bytes(full)
         except Refusal as exc:
-            raise Refusal(
-                "log_record_invalid",
+            raise LogRefusal(
+                Code.LOG_RECORD_INVALID,
                 f"not writable as JSON: {exc.message}",
                 self.path,
                 cause=exc.code,
             ) from None
         except (TypeError, ValueError) as exc:
-            raise Refusal("log_record_invalid", f"not writable as JSON: {exc}", self.path) from None
+            raise LogRefusal(Code.LOG_RECORD_INVALID, f"not writable as JSON: {exc}", self.path) from None
         checked = _check_form(raw)
         if checked.obj is None:
-            raise Refusal(
-                "log_record_invalid", f"would not read back intact: {checked.message}", self.path
+            raise LogRefusal(
+                Code.LOG_RECORD_INVALID, f"would not read back intact: {checked.message}", self.path
             )
         return raw, checked.obj
 

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, LogRefusal, PreregRefusal, Refusal
 from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write
@@ -206,9 +206,9 @@ def _shown(name: str) -> str:
 def _folder(path: str | os.PathLike[str]) -> str:
     folder = os.path.abspath(os.fspath(path))
     if not os.path.lexists(folder):
-        raise Refusal("folder_missing", "no such preregistration folder", folder)
+        raise InputRefusal(Code.FOLDER_MISSING, "no such preregistration folder", folder)
     if not os.path.isdir(folder):
-        raise Refusal("not_a_folder", "a preregistration is a folder", folder)
+        raise InputRefusal(Code.NOT_A_FOLDER, "a preregistration is a folder", folder)
     return folder
 
 
@@ -216,7 +216,7 @@ def _read_folder(folder: str) -> _Contents:
     try:
         names = sorted(os.listdir(folder))
     except OSError as exc:
-        raise Refusal("folder_unreadable", exc.strerror or str(exc), folder) from None
+        raise InputRefusal(Code.FOLDER_UNREADABLE, exc.strerror or str(exc), folder) from None
     files: dict[str, bytes] = {}
     odd: dict[str, str] = {}
     managed: set[str] = set()
@@ -245,7 +245,7 @@ def _read_folder(folder: str) -> _Contents:
 def _refuse_odd(folder: str, contents: _Contents) -> None:
     if contents.odd:
         listed = "; ".join(f"{name} ({what})" for name, what in sorted(contents.odd.items()))
-        raise Refusal("prereg_unexpected_entry", f"only visible regular files may be registered: {listed}",
+        raise PreregRefusal(Code.PREREG_UNEXPECTED_ENTRY, f"only visible regular files may be registered: {listed}",
                       folder, entries=sorted(contents.odd))
 
 
@@ -261,7 +261,7 @@ def _locked(folder: str, *, exclusive: bool) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise Refusal("prereg_locked", "another proctor command is freezing, amending or checking it",
+                    raise PreregRefusal(Code.PREREG_LOCKED, "another proctor command is freezing, amending or checking it",
                                   folder) from None
                 time.sleep(0.02)
             except OSError as exc:
@@ -301,16 +301,16 @@ class Prepared:
 def _validate(folder: str, contents: _Contents) -> Prepared:
     missing = [name for name in REQUIRED_FILES if name not in contents.files]
     if missing:
-        raise Refusal("file_missing", f"a preregistration needs {', '.join(missing)}",
+        raise InputRefusal(Code.FILE_MISSING, f"a preregistration needs {', '.join(missing)}",
                       os.path.join(folder, missing[0]))
     design = design_from_bytes(contents.files["design.toml"], os.path.join(folder, "design.toml"))
     text_path = os.path.join(folder, "PREREG.md")
     try:
         text = contents.files["PREREG.md"].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", text_path) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", text_path) from None
     if not text.strip():
-        raise Refusal("prereg_text_empty", "PREREG.md holds no text", text_path)
+        raise PreregRefusal(Code.PREREG_TEXT_EMPTY, "PREREG.md holds no text", text_path)
     raw = contents.files["systems.json"]
     systems = _check_manifest(loads_strict(raw, path=os.path.join(folder, "systems.json")), design,
                               os.path.join(folder, "systems.json"))
@@ -328,7 +328,7 @@ def _check_manifest(value: Any, design: Design, path: str) -> tuple[dict[str, st
     """systems.json must be exactly the design's systems: same study, order, provider, model, setting."""
 
     def bad(message: str) -> Refusal:
-        return Refusal("systems_manifest_invalid", message, path)
+        return PreregRefusal(Code.SYSTEMS_MANIFEST_INVALID, message, path)
 
     if set(value) != {"study", "systems"}:
         raise bad(f"expected exactly the keys study and systems, found {', '.join(sorted(value)) or 'none'}")
@@ -366,7 +366,7 @@ def _check_manifest(value: Any, design: Design, path: str) -> tuple[dict[str, st
                 problems.append(f"system {entry['slot']}: {key} is {entry[key]!r} in systems.json, "
                                 f"{want[key]!r} in design.toml")
     if problems:
-        raise Refusal("systems_manifest_mismatch", "; ".join(problems), path, problems=problems)
+        raise PreregRefusal(Code.SYSTEMS_MANIFEST_MISMATCH, "; ".join(problems), path, problems=problems)
     return tuple(frozen)
 
 
@@ -384,7 +384,7 @@ def _check_catalog(catalog: Catalog, design: Design) -> None:
             problems.append(f"system {system.slot}: pricing key {system.pricing_key!r} in design.toml, "
                             f"{model.pricing_key!r} in catalog.toml")
     if problems:
-        raise Refusal("systems_catalog_mismatch", "; ".join(problems), catalog.path, problems=problems)
+        raise PreregRefusal(Code.SYSTEMS_CATALOG_MISMATCH, "; ".join(problems), catalog.path, problems=problems)
 
 
 def resolve_packet(design: Design) -> tuple[int, str]:
@@ -393,7 +393,7 @@ def resolve_packet(design: Design) -> tuple[int, str]:
 
     packet = load_packet(design.packet_path, design.packet_sha256)
     if design.draw_items > len(packet.items):
-        raise Refusal("draw_exceeds_packet",
+        raise PreregRefusal(Code.DRAW_EXCEEDS_PACKET,
                       f"the design draws {design.draw_items} items; the packet holds {len(packet.items)}",
                       design.packet_path)
     return len(packet.items), packet.sha256
@@ -433,10 +433,10 @@ def _epoch(text: Any) -> float | None:
 def _read_frozen(folder: str) -> _Frozen:
     path = os.path.join(folder, FROZEN_NAME)
     if not os.path.lexists(path):
-        raise Refusal("prereg_not_frozen", "no FROZEN.json: run proctor prereg freeze first", folder)
+        raise PreregRefusal(Code.PREREG_NOT_FROZEN, "no FROZEN.json: run proctor prereg freeze first", folder)
 
     def bad(message: str) -> Refusal:
-        return Refusal("frozen_invalid", message, path)
+        return PreregRefusal(Code.FROZEN_INVALID, message, path)
 
     if not stat.S_ISREG(os.lstat(path).st_mode):
         raise bad("FROZEN.json must be a regular file, not a link or anything else")
@@ -467,7 +467,7 @@ def _parse_amendment(record: dict[str, Any], index: int, path: str) -> Amendment
     """One log record, validated (the log's lines are canonical, so its line's sha256 is recomputed)."""
 
     def bad(message: str) -> Refusal:
-        return Refusal("amendments_invalid", f"line {index}: {message}", path, line=index)
+        return PreregRefusal(Code.AMENDMENTS_INVALID, f"line {index}: {message}", path, line=index)
 
     allowed = {"amendment", "at", "reason", "changed", "prev"} | ({"seed"} if index == 1 else set())
     if not {"amendment", "at", "reason", "changed", "prev"} <= set(record) <= allowed:
@@ -501,7 +501,7 @@ def _read_amendments(folder: str, study: str) -> list[Amendment]:
     if not os.path.lexists(path):
         return []
     if not stat.S_ISREG(os.lstat(path).st_mode):
-        raise Refusal("amendments_invalid", "AMENDMENTS.jsonl must be a regular file, not a link or anything else",
+        raise PreregRefusal(Code.AMENDMENTS_INVALID, "AMENDMENTS.jsonl must be a regular file, not a link or anything else",
                       path)
     records = read_log(path, amendments_seed(study))
     amendments = [_parse_amendment(r, i, path) for i, r in enumerate(records, 1)]
@@ -509,7 +509,7 @@ def _read_amendments(folder: str, study: str) -> list[Amendment]:
     for a in amendments:
         at = _epoch(a.at) or 0.0
         if at < last:
-            raise Refusal("amendments_invalid", f"line {a.number}: dated before the amendment above it", path,
+            raise PreregRefusal(Code.AMENDMENTS_INVALID, f"line {a.number}: dated before the amendment above it", path,
                           line=a.number)
         last = at
     return amendments
@@ -533,16 +533,16 @@ def _check_replay(amendments: list[Amendment], frozen: _Frozen, path: str) -> No
     for a in amendments:
         for c in a.changed:
             if c.path in latest and latest[c.path] != c.old:
-                raise Refusal("amendments_invalid", f"line {a.number}: {c.path}'s old hash is not the one "
+                raise PreregRefusal(Code.AMENDMENTS_INVALID, f"line {a.number}: {c.path}'s old hash is not the one "
                               "the amendment before recorded", path, line=a.number)
             latest[c.path] = c.new
     wrong = sorted(p for p, h in latest.items() if frozen.files.get(p) != h)
     if wrong:
-        raise Refusal("amendments_invalid", f"FROZEN.json disagrees with the last amendment of: {', '.join(wrong)}",
+        raise PreregRefusal(Code.AMENDMENTS_INVALID, f"FROZEN.json disagrees with the last amendment of: {', '.join(wrong)}",
                       path)
     head = amendments[-1].line_sha256 if amendments else None
     if head != frozen.head:
-        raise Refusal("amendments_invalid", "the amendment log's last line is not the one FROZEN.json recorded "
+        raise PreregRefusal(Code.AMENDMENTS_INVALID, "the amendment log's last line is not the one FROZEN.json recorded "
                       "(an amendment was edited)", path)
 
 
@@ -568,7 +568,7 @@ def _write_frozen(
     try:
         atomic_write(os.path.join(folder, FROZEN_NAME), data, mode=0o644)
     except OSError as exc:
-        raise Refusal("file_unwritable", exc.strerror or str(exc), os.path.join(folder, FROZEN_NAME)) from None
+        raise LogRefusal(Code.FILE_UNWRITABLE, exc.strerror or str(exc), os.path.join(folder, FROZEN_NAME)) from None
     return {**record, "sha256": sha256_hex(data)}
 
 
@@ -582,10 +582,10 @@ def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
     with _locked(folder, exclusive=True):
         contents = _read_folder(folder)
         if FROZEN_NAME in contents.managed:  # anything else by that name is refused as unexpected below
-            raise Refusal("prereg_already_frozen", "already frozen: record a change with proctor prereg amend",
+            raise PreregRefusal(Code.PREREG_ALREADY_FROZEN, "already frozen: record a change with proctor prereg amend",
                           os.path.join(folder, FROZEN_NAME))
         if AMENDMENTS_NAME in contents.managed:
-            raise Refusal("prereg_already_frozen", "AMENDMENTS.jsonl exists, so this was frozen before and "
+            raise PreregRefusal(Code.PREREG_ALREADY_FROZEN, "AMENDMENTS.jsonl exists, so this was frozen before and "
                           "FROZEN.json is missing: restore it rather than freezing again",
                           os.path.join(folder, AMENDMENTS_NAME))
         _refuse_odd(folder, contents)
@@ -599,7 +599,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
     """`proctor prereg amend DIR --reason TEXT`: log what changed since the last freeze, then re-freeze."""
     folder = _folder(path)
     if not isinstance(reason, str) or not reason.strip():
-        raise Refusal("amendment_reason_empty", "an amendment needs a reason", folder)
+        raise PreregRefusal(Code.AMENDMENT_REASON_EMPTY, "an amendment needs a reason", folder)
     log_path = os.path.join(folder, AMENDMENTS_NAME)
     with _locked(folder, exclusive=True):
         frozen = _read_frozen(folder)
@@ -607,7 +607,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
         _refuse_odd(folder, contents)
         prepared = _validate(folder, contents)
         if prepared.design.study_id != frozen.study:
-            raise Refusal("amendment_changes_study", f"the study id is {frozen.study!r}: an amendment cannot "
+            raise PreregRefusal(Code.AMENDMENT_CHANGES_STUDY, f"the study id is {frozen.study!r}: an amendment cannot "
                           "change it (results and logs are named by it)", prepared.design.path)
         resolve_packet(prepared.design)
         amendments = _read_amendments(folder, frozen.study)
@@ -625,7 +625,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
         _check_replay(amendments, frozen, log_path)
         changed = _diff(frozen.files, current)
         if not changed:
-            raise Refusal("amendment_empty", "nothing changed since the last freeze", folder)
+            raise PreregRefusal(Code.AMENDMENT_EMPTY, "nothing changed since the last freeze", folder)
         floor = max([_epoch(frozen.frozen_at) or 0.0] + [_epoch(a.at) or 0.0 for a in amendments])
         record = Amendment(len(amendments) + 1, utc_iso(Clock(floor).now()), reason, tuple(changed))
         line = ChainedLog(log_path, amendments_seed(frozen.study)).append(record.to_json())
@@ -640,7 +640,7 @@ def _count_mismatch(frozen: _Frozen, amendments: list[Amendment], path: str) -> 
     if len(amendments) == frozen.amendments + 1:
         hint = (" (an amend was interrupted after logging it: proctor prereg amend completes it when the "
                 "folder is as that amendment says)")
-    return Refusal("amendments_count_mismatch", f"FROZEN.json counts {frozen.amendments} amendments, "
+    return PreregRefusal(Code.AMENDMENTS_COUNT_MISMATCH, f"FROZEN.json counts {frozen.amendments} amendments, "
                    f"AMENDMENTS.jsonl holds {len(amendments)}{hint}", path,
                    frozen=frozen.amendments, logged=len(amendments))
 
@@ -662,12 +662,12 @@ def check_frozen(path: str | os.PathLike[str]) -> FrozenPrereg:
 
             said = "; ".join(f"{c.path} {c.change}" + (f" ({contents.odd[c.path]})" if c.path in contents.odd else "")
                              for c in changes)
-            raise Refusal("prereg_changed_since_freeze", f"changed since its freeze: {said} "
+            raise PreregRefusal(Code.PREREG_CHANGED_SINCE_FREEZE, f"changed since its freeze: {said} "
                           "(record the change with proctor prereg amend DIR --reason TEXT)", folder,
                           added=named("added"), changed=named("changed"), removed=named("removed"))
         prepared = _validate(folder, contents)
         if prepared.design.study_id != frozen.study:
-            raise Refusal("frozen_invalid", f"FROZEN.json is for study {frozen.study!r}, the design for "
+            raise PreregRefusal(Code.FROZEN_INVALID, f"FROZEN.json is for study {frozen.study!r}, the design for "
                           f"{prepared.design.study_id!r}", os.path.join(folder, FROZEN_NAME))
         log_path = os.path.join(folder, AMENDMENTS_NAME)
         amendments = _read_amendments(folder, frozen.study)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal
 from harness.providers import anthropic_messages, gemini_generate, openai_chat, openai_responses
 from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
 
@@ -48,4 +48,4 @@ def adapter_for(api_shape: str) -> Adapter:
         return ADAPTERS[api_shape]
     except (KeyError, TypeError):
         known = ", ".join(sorted(ADAPTERS))
-        raise Refusal("unknown_api_shape", f"no adapter for API shape {api_shape!r} (known: {known})") from None
+        raise ProviderRefusal(Code.UNKNOWN_API_SHAPE, f"no adapter for API shape {api_shape!r} (known: {known})") from None

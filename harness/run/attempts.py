@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, PreregRefusal, Refusal, RunRefusal
 from harness.evidence.jsonio import canonical_bytes, loads_strict, read_bytes, sha256_hex
 from harness.meter.cost import COST_STATUSES, Cost
 from harness.meter.usage import API_SHAPES, CATEGORIES, TokenUsage
@@ -107,10 +107,10 @@ def attempts_seed(study: str, part: str) -> str:
 class _Fields:
     """Typed reads of one JSON object; a problem is `code` naming the line."""
 
-    def __init__(self, obj: Mapping[str, Any], line: int | None, path: str | None, code: str) -> None:
+    def __init__(self, obj: Mapping[str, Any], line: int | None, path: str | None, code: Code) -> None:
         self.obj, self.line, self.path, self.code = obj, line, path, code
 
-    def bad(self, message: str, code: str | None = None) -> Refusal:
+    def bad(self, message: str, code: Code | None = None) -> Refusal:
         details: dict[str, Any] = {} if self.line is None else {"line": self.line}
         where = "" if self.line is None else f"line {self.line}: "
         return Refusal(code or self.code, where + message, self.path, **details)
@@ -226,7 +226,7 @@ class Plan:
 
 def _plan_line(raw: bytes, lineno: int, path: str) -> dict[str, Any]:
     def bad(message: str) -> Refusal:
-        return Refusal("plan_invalid", f"line {lineno}: {message}", path, line=lineno)
+        return PreregRefusal(Code.PLAN_INVALID, f"line {lineno}: {message}", path, line=lineno)
 
     try:
         obj = loads_strict(raw, path=path, expect_object=False)
@@ -244,7 +244,7 @@ def _plan_line(raw: bytes, lineno: int, path: str) -> dict[str, Any]:
 
 
 def _plan_header(obj: dict[str, Any], path: str) -> dict[str, Any]:
-    f = _Fields(obj, 1, path, code="plan_invalid")
+    f = _Fields(obj, 1, path, code=Code.PLAN_INVALID)
     if obj.get("kind") != PLAN_HEADER_KIND:
         raise f.bad(f"the first line must be a {PLAN_HEADER_KIND} header, found kind {obj.get('kind')!r}")
     f.keys(_HEADER_FIELDS, extra_ok=True)  # the plan may say more about itself
@@ -259,7 +259,7 @@ def _plan_header(obj: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def _plan_request(obj: dict[str, Any], lineno: int, path: str, study: str) -> PlanRequest:
-    f = _Fields(obj, lineno, path, code="plan_invalid")
+    f = _Fields(obj, lineno, path, code=Code.PLAN_INVALID)
     if obj.get("kind") != PLAN_REQUEST_KIND:
         raise f.bad(f"expected a {PLAN_REQUEST_KIND} record, found kind {obj.get('kind')!r}")
     f.keys(_REQUEST_FIELDS)
@@ -288,11 +288,11 @@ def read_plan(path: PathArg) -> Plan:
     p = os.fspath(path)
     raw = read_bytes(p, max_bytes=PLAN_MAX_BYTES)
     if not raw:
-        raise Refusal("plan_invalid", "line 1: the plan is empty (no header)", p, line=1)
+        raise PreregRefusal(Code.PLAN_INVALID, "line 1: the plan is empty (no header)", p, line=1)
     lines = raw.split(b"\n")
     if lines[-1]:
         n = len(lines)
-        raise Refusal("plan_invalid", f"line {n}: the last line has no newline (torn)", p, line=n)
+        raise PreregRefusal(Code.PLAN_INVALID, f"line {n}: the last line has no newline (torn)", p, line=n)
     lines.pop()
     header = _plan_header(_plan_line(lines[0], 1, p), p)
     requests: list[PlanRequest] = []
@@ -300,16 +300,16 @@ def read_plan(path: PathArg) -> Plan:
     for lineno, line in enumerate(lines[1:], start=2):
         request = _plan_request(_plan_line(line, lineno, p), lineno, p, header["study"])
         if request.run_id in first_line:
-            raise Refusal(
-                "plan_invalid",
+            raise PreregRefusal(
+                Code.PLAN_INVALID,
                 f"line {lineno}: run id {request.run_id!r} repeats line {first_line[request.run_id]}",
                 p, line=lineno,
             )
         first_line[request.run_id] = lineno
         requests.append(request)
     if header["requests"] != len(requests):
-        raise Refusal(
-            "plan_invalid",
+        raise PreregRefusal(
+            Code.PLAN_INVALID,
             f"line 1: the header counts {header['requests']} requests, the plan holds {len(requests)}",
             p, line=1,
         )
@@ -357,8 +357,8 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
     chained log, are allowed.
     """
     if not isinstance(record, Mapping):
-        raise _Fields({}, line, path, code="attempt_invalid").bad(f"a {type(record).__name__}, not an object")
-    f = _Fields(record, line, path, code="attempt_invalid")
+        raise _Fields({}, line, path, code=Code.ATTEMPT_INVALID).bad(f"a {type(record).__name__}, not an object")
+    f = _Fields(record, line, path, code=Code.ATTEMPT_INVALID)
     if record.get("kind") != ATTEMPT_KIND:
         raise f.bad(f"kind must be {ATTEMPT_KIND!r}, found {record.get('kind')!r}")
     outcome = record.get("outcome")
@@ -401,7 +401,7 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
         if sha256_hex(data) != digest:
             raise f.bad(
                 f"response_sha256 {digest} is not the sha256 of response_raw ({sha256_hex(data)})",
-                "attempt_response_hash_mismatch",
+                Code.ATTEMPT_RESPONSE_HASH_MISMATCH,
             )
 
 
@@ -482,8 +482,8 @@ def attempt_from_exchange(
     """
     sent = exchange.request
     if sent.body_sha256 != plan_request.request_sha256 or sha256_hex(sent.body) != sent.body_sha256:
-        raise Refusal(
-            "attempt_request_changed",
+        raise RunRefusal(
+            Code.ATTEMPT_REQUEST_CHANGED,
             f"run {plan_request.run_id}: the body sent ({sha256_hex(sent.body)}) is not the plan's "
             f"({plan_request.request_sha256})",
             run_id=plan_request.run_id,

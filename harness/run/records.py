@@ -103,7 +103,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal, RunRefusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.money import sum_costs
@@ -297,12 +297,12 @@ def validate_run_attempt(record: Any, line: int | None, *, reruns: int, path: st
         rerun = record["rerun"]
         if isinstance(rerun, bool) or not isinstance(rerun, int) or not 0 <= rerun <= reruns:
             where = "" if line is None else f"line {line}: "
-            raise Refusal("attempt_invalid", f"{where}rerun must be an integer 0..{reruns}", path,
+            raise RunRefusal(Code.ATTEMPT_INVALID, f"{where}rerun must be an integer 0..{reruns}", path,
                           **({} if line is None else {"line": line}))
         record = {k: v for k, v in record.items() if k != "rerun"}
     else:
         where = "" if line is None else f"line {line}: "
-        raise Refusal("attempt_invalid", f"{where}missing rerun", path, **({} if line is None else {"line": line}))
+        raise RunRefusal(Code.ATTEMPT_INVALID, f"{where}missing rerun", path, **({} if line is None else {"line": line}))
     validate_attempt(record, line, path=path)
 
 
@@ -457,7 +457,7 @@ class Ledger:
                     and any(f["class"] == "inconclusive" for _, f, _ in c.finals)})
 
 
-def _bad(code: str, message: str, path: str, line: int | None = None) -> Refusal:
+def _bad(code: Code, message: str, path: str, line: int | None = None) -> Refusal:
     where = "" if line is None else f"line {line}: "
     return Refusal(code, where + message, path, **({} if line is None else {"line": line}))
 
@@ -495,19 +495,19 @@ def load_ledger(
         validate_run_attempt(body, line, reruns=reruns, path=apath)
         cell = cells.get(body["run_id"])
         if cell is None:
-            raise _bad("attempt_unknown_run_id", f"run id {body['run_id']!r} is not in this stage's plan", apath, line)
+            raise _bad(Code.ATTEMPT_UNKNOWN_RUN_ID, f"run id {body['run_id']!r} is not in this stage's plan", apath, line)
         if body["request_sha256"] != cell.request.request_sha256:
-            raise _bad("attempt_request_changed", "request_sha256 is not the plan's", apath, line)
+            raise _bad(Code.ATTEMPT_REQUEST_CHANGED, "request_sha256 is not the plan's", apath, line)
         rerun = body["rerun"]
         if rerun > 0 and rerun - 1 not in cell.attempts:
-            raise _bad("attempt_numbering_invalid", f"rerun {rerun} follows no rerun {rerun - 1}", apath, line)
+            raise _bad(Code.ATTEMPT_NUMBERING_INVALID, f"rerun {rerun} follows no rerun {rerun - 1}", apath, line)
         if any(r > rerun for r in cell.attempts):
-            raise _bad("attempt_numbering_invalid", f"rerun {rerun} after a later rerun", apath, line)
+            raise _bad(Code.ATTEMPT_NUMBERING_INVALID, f"rerun {rerun} after a later rerun", apath, line)
         run = cell.attempts.setdefault(rerun, [])
         if body["attempt"] != len(run) + 1:
-            raise _bad("attempt_numbering_invalid", f"attempt {body['attempt']}: expected {len(run) + 1}", apath, line)
+            raise _bad(Code.ATTEMPT_NUMBERING_INVALID, f"attempt {body['attempt']}: expected {len(run) + 1}", apath, line)
         if run and run_ended(run[-1][1], transport_retries):
-            raise _bad("attempt_after_final", "an attempt after its run ended", apath, line)
+            raise _bad(Code.ATTEMPT_AFTER_FINAL, "an attempt after its run ended", apath, line)
         run.append((line, body, head))
     by_line = {line: (rid, rec, sha) for rid, c in cells.items() for runs in c.attempts.values()
                for line, rec, sha in runs}
@@ -519,7 +519,7 @@ def load_ledger(
     for c in cells.values():  # a rerun's attempts need the earlier run's final, and not a standing one
         for rerun in c.attempts:
             if rerun > 0 and (len(c.finals) < rerun or c.finals[rerun - 1][1]["action"] == "stand"):
-                raise _bad("attempt_numbering_invalid",
+                raise _bad(Code.ATTEMPT_NUMBERING_INVALID,
                            f"run {c.request.run_id}: rerun {rerun} has no final for rerun {rerun - 1} that asks for it",
                            apath)
 
@@ -533,12 +533,12 @@ def load_ledger(
         if e.get("event") == "log_repair" and "kind" not in e:
             continue
         if e.get("kind") != RUN_EVENT_KIND or e.get("event") not in RUN_EVENTS:
-            raise _bad("run_log_invalid", f"unknown event {e.get('event')!r}", rpath, line)
+            raise _bad(Code.RUN_LOG_INVALID, f"unknown event {e.get('event')!r}", rpath, line)
         last = max(last, float(e.get("at", 0.0)))
         if e["event"] == "attempt":
             got = by_line.get(int(e["attempts_line"]))
             if got is None or got[2] != e["attempt_sha256"]:
-                raise _bad("run_log_invalid", "an attempt line that disagrees with attempts.jsonl", rpath, line)
+                raise _bad(Code.RUN_LOG_INVALID, "an attempt line that disagrees with attempts.jsonl", rpath, line)
             logged.add(int(e["attempts_line"]))
         elif e["event"] == "late_cost":
             late.append((str(e["system"]), cost_for_spend(e["cost_usd"], reserve_usd)))
@@ -562,7 +562,7 @@ def _check_final(
     by_line: dict[int, tuple[str, dict[str, Any], str]], reruns: int, transport_retries: int,
 ) -> None:
     def bad(message: str) -> Refusal:
-        return _bad("run_final_invalid", message, path, line)
+        return _bad(Code.RUN_FINAL_INVALID, message, path, line)
 
     if rec.get("kind") != FINAL_KIND:
         raise bad(f"kind must be {FINAL_KIND}")

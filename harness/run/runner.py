@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, RunRefusal
 from harness.evals.suite import load_private
 from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
 from harness.evidence.chain import ChainedLog
@@ -157,7 +157,7 @@ def _requests_from(folder: str, data: bytes, *, write: bool) -> tuple[PlanReques
     path = os.path.join(folder, "plan.jsonl")
     if os.path.lexists(path):
         if read_bytes(path) != data:
-            raise Refusal("run_plan_changed", "the stage's plan differs from the one this folder was run with "
+            raise RunRefusal(Code.RUN_PLAN_CHANGED, "the stage's plan differs from the one this folder was run with "
                           "(the preregistration, packet or catalog changed)", path)
     elif write:
         atomic_write(path, data, mode=0o644)
@@ -332,7 +332,7 @@ class _Engine:
             path = os.path.join(self.s.folder, archive_name(state.request.run_id, old["rerun"]))
             if os.path.exists(path):
                 if read_bytes(path) != raw + b"\n":
-                    raise Refusal("run_archive_mismatch", "an archive is not a byte copy of its final", path)
+                    raise RunRefusal(Code.RUN_ARCHIVE_MISMATCH, "an archive is not a byte copy of its final", path)
                 continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
             atomic_write(path, raw + b"\n", mode=0o644)
