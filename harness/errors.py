@@ -312,7 +312,9 @@ class Refusal(Exception):
     """A named, stable refusal of bad input or a forbidden action (exit code 3).
 
     `Refusal(code, ...)` gives an instance of the code's area class (e.g. a `LogRefusal` for
-    `Code.LOG_BROKEN`), so `except LogRefusal` catches every refusal of its area.
+    `Code.LOG_BROKEN`), so `except LogRefusal` catches every refusal of its area. An area class
+    keeps the `__name__` "Refusal" (its `__qualname__` is its own): `type(exc).__name__` is written
+    into run logs, batch records and executed notebooks, and those bytes do not change.
 
     Args:
         code: the stable code (docs/refusals.md).
@@ -323,12 +325,16 @@ class Refusal(Exception):
 
     code: Code
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__name__ = "Refusal"
+
     def __new__(cls, code: Code, *args: Any, **kwargs: Any) -> Refusal:
         area_class = _CLASS_OF.get(code, cls)
         if cls is Refusal:
             return Exception.__new__(area_class)
         if not issubclass(cls, area_class):
-            raise TypeError(f"refusal code {code!s} belongs to {area_class.__name__}, not {cls.__name__}")
+            raise TypeError(f"refusal code {code!s} belongs to {area_class.__qualname__}, not {cls.__qualname__}")
         return Exception.__new__(cls)
 
     def __init__(
@@ -590,7 +596,7 @@ def refusals_markdown() -> str:
         codes = [f"`{c}`" + (f" ({NOTES[c]})" if c in NOTES else "") for c in area.codes]
         if area.also:
             codes.append("and " + ", ".join(f"`{c}`" for c in area.also))
-        rows.append(f"| {area.title} | `{area.refusal.__name__}` | {area.description} | {', '.join(codes)} |\n")
+        rows.append(f"| {area.title} | `{area.refusal.__qualname__}` | {area.description} | {', '.join(codes)} |\n")
     return _DOC_HEAD + "".join(rows)
 
 

@@ -180,6 +180,7 @@ def test_a_refusal_is_an_instance_of_its_areas_class(area: errors.Area) -> None:
         by_str = Refusal(code.value, "m", "p", line=3)  # type: ignore[arg-type]
         for refusal in (plain, typed, by_str):
             assert type(refusal) is area.refusal
+            assert type(refusal).__name__ == "Refusal"  # as printed into run logs and notebooks before
             assert refusal.code is code
             assert refusal.to_json() == {"ok": False, "refusal": code.value, "message": "m", "path": "p", "line": 3}
             assert type(refusal.to_json()["refusal"]) is str
@@ -206,8 +207,8 @@ def test_direct_calls_of_an_areas_class_name_its_own_codes() -> None:
                     and isinstance(node.args[0].value, ast.Name) and node.args[0].value.id == "Code"):
                 code = Code[node.args[0].attr]
                 area = next(a for a in AREAS if code in a.codes)
-                if area.refusal.__name__ != node.func.id:
-                    wrong.append(f"{rel}:{node.lineno}: {node.func.id}({code.value}), a {area.refusal.__name__}")
+                if area.refusal.__qualname__ != node.func.id:
+                    wrong.append(f"{rel}:{node.lineno}: {node.func.id}({code.value}), a {area.refusal.__qualname__}")
     assert not wrong, "\n".join(wrong)
 
 
