@@ -302,6 +302,7 @@ class Code(StrEnum):
     USAGE_ERROR = "usage_error"
     INTERNAL_ERROR = "internal_error"
 
+
 def as_code(text: str) -> Code:
     """The `Code` spelt `text`, for a code read back from JSON; a text that is no code is kept as is."""
     member = Code._value2member_map_.get(text)
