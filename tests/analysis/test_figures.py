@@ -9,11 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import REPO
-from test_analysis_study import design, frame
 
 from harness.analysis.figures import SVG_HASH_SALT, forest_plot, savings_plot
 from harness.analysis.study import BREAKEVEN_SCHEMA, COMPARISON_SCHEMA, FrameTables, analyze_frame
+from tests.support.analysis import design, frame
+from tests.support.paths import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

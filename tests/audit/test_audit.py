@@ -30,9 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_proctor
-from study_fixtures import Sim, prereg, sim_servers, system, urls
-from test_run_oracle import Records, rebuild
 
 from harness.audit.audit import ANCHOR_REASONS, Audit, anchor_form, audit_results
 from harness.errors import Refusal
@@ -42,6 +39,10 @@ from harness.notebooks.stage import anchor_outputs, output_manifest_name
 from harness.prereg.freeze import amend
 from harness.run.records import log_seed
 from harness.run.runner import run_stage
+from tests.support.cli import run_proctor
+from tests.support.oracle import Records, rebuild
+from tests.support.paths import REPO
+from tests.support.study import Sim, prereg, sim_servers, system, urls
 
 TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null')
 
@@ -171,7 +172,7 @@ def test_an_intact_witnessed_study_passes_through_the_cli(copy: Callable[[str], 
     assert s.pushes["matrix"]["commit"] == got["witness"]["commit"]
     assert git("rev-parse", "HEAD", cwd=s.remote) == got["witness"]["commit"]
     human = subprocess.run([sys.executable, "-m", "harness", "audit", str(s.results), "--prereg", str(s.prereg)],
-                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert human.returncode == 0 and "ok: yes" in human.stdout and "Traceback" not in human.stderr
 
 

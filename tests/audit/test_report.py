@@ -18,9 +18,6 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import REPO
-from study_fixtures import logs, prereg, sim_servers, system, urls
-from test_run_oracle import Records, rebuild
 
 from harness.analysis.tables import ATTEMPT_COLUMNS, q_table, validate_attempts
 from harness.audit.oracle import run_problems
@@ -29,6 +26,9 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
 from harness.prereg.freeze import check_frozen
 from harness.run.runner import _stage_plan_bytes
+from tests.support.oracle import Records, rebuild
+from tests.support.paths import REPO
+from tests.support.study import logs, prereg, sim_servers, system, urls
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from study_fixtures import prereg
 
 from harness.audit.results import find_prereg, find_stages, open_study, stage_folders
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.prereg.freeze import check_frozen
 from harness.run.runner import _stage_plan_bytes
+from tests.support.study import prereg
 
 
 def _stage(results: Path, prereg_dir: Path, stage: str = "A", *, study: str = "rt") -> Path:

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TaskSetup, git_repo, run_proctor
 
 from harness._version import __version__
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
+from tests.support.tasks import TaskSetup, git_repo
 
 COMMANDS = ("lane", "init", "dispatch", "verify", "accept", "status", "journal", "ledger")
 HEAVY = ("polars", "papermill", "httpx", "numpy", "rich")

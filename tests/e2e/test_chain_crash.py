@@ -21,8 +21,8 @@ import pytest
 
 from harness.evidence.chain import ChainedLog, verify_log
 from harness.evidence.jsonio import canonical_bytes
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SEED = "crash-study/attempts.jsonl"
 KILLS = 45
 

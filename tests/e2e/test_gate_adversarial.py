@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CliResult, TaskSetup, run_proctor
+
+from tests.support.cli import CliResult, run_proctor
+from tests.support.tasks import TaskSetup
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 3
 SCOPE = "wordfreq/counter.py"  # the wordfreq task's scope

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TASKS, TaskSetup, git_repo, run_proctor
 
 from harness.evidence.tree import tree_signature
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO, TASKS
+from tests.support.tasks import TaskSetup, git_repo
 
 TASK_NAMES = sorted(p.parent.name for p in TASKS.glob("*/task.json"))
 PROD_PROMPT = "Also make sure `python -m src.run_all` still starts."

@@ -16,13 +16,16 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, TASKS, SimServer, TaskSetup, run_proctor, sim_systems
 
 from harness.evidence.chain import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.pricing import load_pricing
 from harness.meter.proxy import start_proxy
 from harness.meter.wire import WireLog, meter_wire, read_wire
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO, TASKS
+from tests.support.sim import SimServer, sim_systems
+from tests.support.tasks import TaskSetup
 
 BUNDLED_CATALOG = REPO / "harness" / "data" / "catalog.toml"
 ALL_SKILLED = {"sim-flash": 1.0, "sim-glm": 1.0, "sim-k3": 1.0}

@@ -16,7 +16,6 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import REPO, SimServer, sim_systems
 from papermill.exceptions import PapermillExecutionError
 
 from harness.audit.oracle import run_problems
@@ -36,6 +35,8 @@ from harness.notebooks.stage import (
 )
 from harness.prereg.freeze import freeze
 from harness.run.records import RunProgress, RunSummary, log_seed
+from tests.support.paths import REPO
+from tests.support.sim import SimServer, sim_systems
 
 NOTEBOOKS = REPO / "notebooks"
 RUN_STUDY = NOTEBOOKS / "run_study.ipynb"

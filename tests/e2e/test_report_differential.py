@@ -39,8 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from study_fixtures import logs, prereg, sim_servers, system, urls
-from test_run_oracle import Records, rebuild, rewrite, strip
 
 from harness.audit.oracle import Problem, run_problems
 from harness.audit.report import build_report
@@ -51,6 +49,8 @@ from harness.prereg.freeze import check_frozen
 from harness.run.attempts import read_plan
 from harness.run.records import log_seed, receipt_name
 from harness.run.runner import _stage_plan_bytes, run_stage
+from tests.support.oracle import Records, rebuild, rewrite, strip
+from tests.support.study import logs, prereg, sim_servers, system, urls
 
 CHAINED = ("attempts", "finals", "run", "admission", "host", "wire")
 SEEDS = (0, 1)  # each line-choosing fault is planted at two places per run

@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO
-from study_fixtures import Sim, logs, prereg, sim_fixture, system  # noqa: F401
-from test_run_crash import run_argv, runner_env
-
 from harness.audit.oracle import run_problems
+from tests.support.paths import REPO
+from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system
 
 
 def proctor_run(p: Path, results: Path, url: str, *extra: str) -> tuple[int, dict[str, Any]]:

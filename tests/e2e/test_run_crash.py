@@ -19,27 +19,14 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO
-from study_fixtures import Sim, logs, prereg, sim_fixture, system  # noqa: F401
-
 from harness.audit.oracle import Problem, run_problems
 from harness.run.records import cost_for_spend
-
-
-def runner_env(url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env["PROCTOR_SIM_URL"] = url
-    return env
-
-
-def run_argv(prereg_dir: Path, results: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "harness", "run", str(prereg_dir), "--stage", "A", "--results", str(results),
-            "--json", *extra]
+from tests.support.paths import REPO
+from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system
 
 
 def crash_gap(p: Problem) -> bool:

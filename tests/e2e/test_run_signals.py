@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from study_fixtures import Sim, logs, prereg, sim_fixture, system  # noqa: F401
-from test_run_crash import run_argv, runner_env
 
 from harness.audit.oracle import run_problems
 from harness.evidence.chain import ChainedLog, verify_log
 from harness.run.records import log_seed
+from tests.support.paths import REPO
+from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system
 
 
 def wait_for_lines(folder: Path, proc: subprocess.Popen[bytes], n: int, log: str = "attempts",

@@ -27,9 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, CliResult, SimServer, TaskSetup, alive_with, run_proctor
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sandbox"
+from tests.support.cli import CliResult, run_proctor
+from tests.support.paths import FIXTURES, REPO
+from tests.support.procs import alive_with
+from tests.support.sim import SimServer
+from tests.support.tasks import TaskSetup
+
+SANDBOX = FIXTURES / "sandbox"
 MARKER = "test_casefold_not_just_lower"  # a test name only the wordfreq hidden test holds
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 3
 NOT_FOUND = {"ok": False, "error": "FileNotFoundError", "errno": "ENOENT"}
@@ -40,7 +45,7 @@ MakeTask = Callable[..., TaskSetup]
 
 def adversary(name: str, **words: str) -> list[str]:
     """The argv of a fixture worker: its script, its folder (for the shared `_report`), key=value words."""
-    return [sys.executable, str(FIXTURES / f"{name}.py"), str(FIXTURES), *(f"{k}={v}" for k, v in words.items())]
+    return [sys.executable, str(SANDBOX / f"{name}.py"), str(SANDBOX), *(f"{k}={v}" for k, v in words.items())]
 
 
 def report_of(res: CliResult) -> dict[str, Any]:
@@ -245,4 +250,4 @@ def test_a_link_from_the_workspace_to_the_state_folder(task_setup: MakeTask) -> 
 @pytest.mark.parametrize("name", ["hunt_hidden", "write_state", "edit_evidence", "kill_proctor", "network",
                                   "survive", "link_out"])  # fmt: skip
 def test_every_adversary_is_documented(name: str) -> None:
-    assert f"`{name}.py`" in (FIXTURES / "README.md").read_text()
+    assert f"`{name}.py`" in (SANDBOX / "README.md").read_text()

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_proctor
 
 from harness.errors import Refusal
 from harness.evals.humaneval import SOURCE_SHA256, SOURCE_VERSION, build_humaneval, source_path
@@ -29,6 +28,8 @@ from harness.evals.verify_humaneval import (
     human_eval_completion,
     verify_response,
 )
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
 
 HUMANEVAL = REPO / "evals" / "humaneval"
 TASKS_SUITE = REPO / "evals" / "tasks-suite"

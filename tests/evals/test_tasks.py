@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-TASKS_DIR = Path(__file__).resolve().parent.parent / "evals" / "tasks"
+from tests.support.paths import TASKS
+
+TASKS_DIR = TASKS
 WORKER = TASKS_DIR / "scripted_worker.py"
 TASK_DIRS = sorted(p.parent for p in TASKS_DIR.glob("*/task.json"))
 FEATURES = {

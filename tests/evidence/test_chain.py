@@ -29,8 +29,8 @@ from harness.evidence.chain import (
     verify_log,
 )
 from harness.evidence.jsonio import canonical_bytes
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SEED = "study-x/attempts.jsonl"
 
 

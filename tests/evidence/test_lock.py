@@ -13,8 +13,7 @@ import pytest
 
 from harness.errors import Refusal
 from harness.evidence.lock import InvocationLock
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
 
 _TRY_ACQUIRE = """
 import sys

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CliResult, run_proctor
 
 from harness.evidence.tree import tree_signature
+from tests.support.cli import CliResult, run_proctor
 
 # The catalog worker. Its argv comes from the catalog template; what to do comes from the file
 # named by its first argument (visible, read-only, in its sandbox): [mode, a folder outside the

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import TaskSetup, git_repo, run_proctor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,8 @@ from harness.gate.escalation import (
     fingerprint,
     normalize_output,
 )
+from tests.support.cli import run_proctor
+from tests.support.tasks import TaskSetup, git_repo
 
 MARKER = "WORKER-TRANSCRIPT-MARKER-5b1e0c"
 

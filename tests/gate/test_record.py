@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TaskSetup, run_proctor
 
 from harness.evidence.chain import verify_log
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.meter.wire import WireLog
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
+from tests.support.tasks import TaskSetup
 
 SECRET = "sk-planted-record-51f0aa"
 

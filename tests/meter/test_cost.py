@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_proctor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +32,7 @@ from harness.meter.pricing import (
 from harness.meter.usage import CATEGORIES, TokenUsage, usage_from_response
 from harness.meter.wire import WireLog, meter_wire, read_wire, wire_seed
 from harness.providers.base import Exchange, ParsedResponse, ProviderRequest
+from tests.support.cli import run_proctor
 
 GOOD = b"""\
 models:

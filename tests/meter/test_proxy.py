@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, run_proctor
 
 from harness.evidence.chain import ChainedLog, verify_log
 from harness.meter.cost import meter, total_cost
@@ -27,6 +26,8 @@ from harness.meter.pricing import Price, PricingTable, load_pricing
 from harness.meter.proxy import start_proxy
 from harness.meter.usage import usage_from_response
 from harness.meter.wire import meter_wire, read_wire
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
 
 SECRET = "sk-PLANTED-SECRET-4f1d9c"
 CRED_HEADERS = {

@@ -19,9 +19,6 @@ from typing import Any
 import nbformat
 import polars as pl
 import pytest
-from conftest import REPO, run_proctor
-from study_fixtures import prereg, sim_servers, system, urls
-from test_run_oracle import Records, rebuild
 
 from harness.audit.oracle import run_problems
 from harness.errors import Refusal
@@ -36,6 +33,10 @@ from harness.notebooks.analyze import (
 )
 from harness.notebooks.stage import output_manifest_name
 from harness.run.records import log_seed
+from tests.support.cli import run_proctor
+from tests.support.oracle import Records, rebuild
+from tests.support.paths import REPO
+from tests.support.study import prereg, sim_servers, system, urls
 
 TABLES = ("breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
 FIGURES = ("forest.png", "forest.svg", "savings.png", "savings.svg")

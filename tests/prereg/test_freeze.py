@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_proctor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_design import base_design, manifest, write_prereg
 
 from harness.errors import Refusal
 from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.jsonio import canonical_line
 from harness.prereg import freeze as prereg
 from harness.prereg.freeze import amend, amendments_seed, check_frozen, check_prereg, freeze
+from tests.support.cli import run_proctor
+from tests.support.design import base_design, manifest, write_prereg
+from tests.support.paths import REPO
 
 CATALOG = b"""
 [[model]]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import REPO, run_proctor
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
 
 DEMO = REPO / "prereg" / "demo"
 

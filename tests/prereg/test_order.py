@@ -6,15 +6,14 @@ import ast
 import hashlib
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.prereg.order import draw, permutation, unit
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 ids = st.lists(st.text(min_size=1, max_size=12), max_size=30, unique=True)
 seeds = st.integers(min_value=0, max_value=2**63)
 

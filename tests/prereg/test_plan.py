@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_proctor
 
 from harness.errors import Refusal
 from harness.prereg import freeze as prereg
@@ -30,6 +29,8 @@ from harness.providers.base import GenerationSettings, ProviderRequest
 from harness.providers.catalog import BUNDLED_CATALOG
 from harness.providers.common import make_request
 from harness.run.attempts import read_plan
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
 
 SEED = 20261130
 SYSTEMS = (  # slot, provider, model, setting, pricing key

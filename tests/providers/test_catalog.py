@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TaskSetup, run_proctor
 
 from harness.errors import Refusal
 from harness.gate.task import LANES as TASK_LANES
@@ -25,6 +24,8 @@ from harness.providers.catalog import (
     parse_catalog,
     resolve_model,
 )
+from tests.support.cli import run_proctor
+from tests.support.tasks import TaskSetup
 
 SECRET = "sk-planted-7d41c9e0-do-not-print"
 

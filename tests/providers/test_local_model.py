@@ -24,9 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_proctor
-from study_fixtures import HUMANEVAL, PACKET_SHA
-from test_design import toml_dumps
 
 from harness.errors import Refusal
 from harness.providers.local_model import (
@@ -39,6 +36,10 @@ from harness.providers.local_model import (
     status,
     stop,
 )
+from tests.support.cli import run_proctor
+from tests.support.design import toml_dumps
+from tests.support.paths import REPO
+from tests.support.study import HUMANEVAL, PACKET_SHA
 
 MISSING = extra_missing()
 PREREG_SRC = REPO / "prereg" / "local-gemma"

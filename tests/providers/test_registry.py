@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from provider_server import ProviderServer, fixture_bytes, load_fixture
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
@@ -31,9 +30,11 @@ from harness.providers.credentials import REDACTED
 from harness.providers.errors import classify_error
 from harness.providers.registry import ADAPTERS, adapter_for
 from harness.providers.transport import Transport
+from tests.support.paths import FIXTURES as PROVIDER_FIXTURES
+from tests.support.paths import REPO
+from tests.support.provider_server import ProviderServer, fixture_bytes, load_fixture
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "providers"
+FIXTURES = PROVIDER_FIXTURES / "providers"
 ALL_FIXTURES = sorted(FIXTURES.glob("*/*.json"))
 SECRET = "sk-test-SECRET-123"
 PROMPT = "What is 6 x 7? Answer with a number."

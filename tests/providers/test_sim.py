@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, TASKS, run_proctor
 
 from harness.errors import Refusal
 from harness.providers.edit_format import parse_files
@@ -41,6 +40,8 @@ from harness.providers.sim_model import (
     text_tokens,
     uniform,
 )
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO, TASKS
 
 
 def system(skill: float = 0.5, **kw: Any) -> SimSystem:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 
 def _codes_in(tree: ast.AST) -> set[str]:

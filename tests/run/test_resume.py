@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_proctor
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from test_attempts import delivered, failed, plan_records, write_plan, write_records
 
 from harness.cli.main import main
 from harness.errors import Refusal
@@ -30,6 +28,8 @@ from harness.run.resume import (
     RunState,
     schedule,
 )
+from tests.support.attempts import delivered, failed, plan_records, write_plan, write_records
+from tests.support.cli import run_proctor
 
 FINAL_CODES = tuple(c for c in ERROR_CLASSES if c not in TRANSPORT_CODES)
 

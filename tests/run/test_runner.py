@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
-from study_fixtures import Sim, logs, prereg, sim_fixture, system, urls  # noqa: F401 (sim_fixture: the `sim` fixture)
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.run.runner import run_stage
+from tests.support.paths import REPO
+from tests.support.study import Sim, logs, prereg, system, urls
 
 
 def test_a_clean_run_stands_every_cell_with_verified_receipts(tmp_path: Path, sim: Sim) -> None:

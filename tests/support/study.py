@@ -1,8 +1,8 @@
 """Shared builders for the study-runner tests: the simulator fixture, a tiny frozen preregistration.
 
-A plain module (not a conftest): `test_runner.py` and the oracle, crash and signal
-tests import from it. `sim` is a pytest fixture; importing it into a test module
-makes it available there (`from study_fixtures import sim_fixture`; the fixture's name is `sim`).
+The runner, oracle, report, crash and signal tests import the builders from here. `sim`
+is a pytest fixture, provided to every test by tests/conftest.py (`pytest_plugins`).
+`run_argv` and `runner_env` run `proctor run` on such a preregistration in a subprocess.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
-from test_design import toml_dumps
 
 from harness.evidence.chain import read_log
 from harness.prereg.freeze import freeze
 from harness.run.records import log_seed
+from tests.support.design import toml_dumps
+from tests.support.paths import HUMANEVAL, REPO
 
-HUMANEVAL = REPO / "evals" / "humaneval"
 ANSWERS = HUMANEVAL / "private" / "sim_answers.jsonl"
 PACKET_SHA = json.loads((HUMANEVAL / "SUITE.json").read_text())["packet_sha256"]
 
@@ -122,3 +121,14 @@ def logs(folder: Path) -> dict[str, list[dict[str, Any]]]:
         path = folder / f"{name}.jsonl"
         out[name] = read_log(path, log_seed("rt", "A", name)) if path.exists() else []
     return out
+
+
+def runner_env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    env["PROCTOR_SIM_URL"] = url
+    return env
+
+
+def run_argv(prereg_dir: Path, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "harness", "run", str(prereg_dir), "--stage", "A", "--results", str(results),
+            "--json", *extra]

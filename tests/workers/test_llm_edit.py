@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TASKS, CliResult, SimServer, TaskSetup, run_proctor, sim_systems
-from provider_server import ProviderServer
 
 from harness.providers.edit_format import render_files
+from tests.support.cli import CliResult, run_proctor
+from tests.support.paths import TASKS
+from tests.support.provider_server import ProviderServer
+from tests.support.sim import SimServer, sim_systems
+from tests.support.tasks import TaskSetup
 
 TASK_NAMES = ("bizdays", "iniconf", "intervals", "wordfreq")
 

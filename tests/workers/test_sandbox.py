@@ -23,7 +23,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, SimServer, TaskSetup, alive_with, run_proctor
 
 from harness.errors import Refusal
 from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
@@ -32,6 +31,11 @@ from harness.meter.proxy import start_proxy
 from harness.providers.catalog import parse_catalog
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, resolve_sandbox, sandbox_env
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
+from tests.support.procs import alive_with
+from tests.support.sim import SimServer
+from tests.support.tasks import TaskSetup
 
 BOX = resolve_sandbox("bwrap")
 
