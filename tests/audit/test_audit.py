@@ -1,6 +1,6 @@
 """The audit (`proctor audit`, `harness.audit.audit`): an intact study passes; every flipped byte is a break.
 
-Two real studies run on the simulator once per module (tests/study_fixtures.py `prereg`, three items):
+Two real studies run on the simulator once per module (tests/support/study.py `prereg`, three items):
 `witnessed` registers `run.anchor_remote` (a bare git repository beside the preregistration) and runs
 stages A and matrix; `plain` registers no remote, is amended once before its run (AMENDMENTS.jsonl) and
 runs stage A. Both then anchor real outputs with

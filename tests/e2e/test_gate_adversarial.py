@@ -13,7 +13,7 @@ sandbox leaves to it. The cases that need a worker reaching outside the
 workspace (the state folder, the task file, processes that outlive it) run
 with `--sandbox none` and test the proctor's own detection, which is all that
 stands between such a worker and the evidence without a sandbox; the same
-attacks under bwrap are in tests/test_sandbox_adversarial.py. The one known
+attacks under bwrap are in tests/e2e/test_sandbox_adversarial.py. The one known
 hole (code under test forcing the verifier's exit status) is an
 `xfail(strict=True)` at the end so it flips red when it gets fixed.
 """

@@ -598,7 +598,7 @@ def test_dispatch_without_a_worker_argv(task_setup: Callable[..., TaskSetup]) ->
 def test_dispatch_timeout_kills_the_group(
     task_setup: Callable[..., TaskSetup], worker: Worker
 ) -> None:
-    """Without a sandbox, by host pid (a sandbox at its deadline: tests/test_sandbox.py)."""
+    """Without a sandbox, by host pid (a sandbox at its deadline: tests/workers/test_sandbox.py)."""
     setup = task_setup("wordfreq")
     setup.edit_task(lambda d: d["budget"].update(timeout_s=1))
     init(setup)

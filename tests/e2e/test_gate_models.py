@@ -203,7 +203,7 @@ def test_stagnation_on_an_unskilled_model_switches_lane_with_evidence_and_the_ne
 # The worker calls the model through the metering proxy (PROCTOR_SIM_URL is the proxy), and then,
 # by FORGE_MODE, writes correctly chained records of its own into the proxy's wire log, which it
 # finds beside its prompt file in the dispatch folder (argv[1]). It runs with --sandbox none: in a
-# bwrap sandbox the dispatch folder is not there (tests/test_sandbox_adversarial.py), and these
+# bwrap sandbox the dispatch folder is not there (tests/e2e/test_sandbox_adversarial.py), and these
 # tests are of the proctor's own check of the wire log, all that stands without a sandbox.
 FORGER = r"""
 import json, os, sys, time, urllib.request

@@ -18,7 +18,7 @@ message). Each fault states who must catch it: `Caught(oracle=rules)` (the oracl
 names at least one of these rules) and/or `Caught(report=rule)` (one of the report's
 own checks names it; with no oracle rules the oracle must find nothing).
 
-Consistent forgeries are re-chained the way `test_run_oracle.rebuild` does (links to a
+Consistent forgeries are re-chained the way `tests.support.oracle.rebuild` does (links to a
 re-chained attempt re-pointed, archives rewritten, anchors retaken), but written
 without fsync: a cell must be cheap, and what is on disk is what both sides read.
 

@@ -428,7 +428,7 @@ def _gone(pid: int) -> bool:
 
 def test_a_program_that_kills_the_worker_is_an_error_and_the_verifier_recovers(tmp_path: Path) -> None:
     # Unsandboxed: the check processes report their host pids through tmp_path (a sandboxed
-    # worker has its own /tmp and pid namespace: tests/test_sandbox.py).
+    # worker has its own /tmp and pid namespace: tests/workers/test_sandbox.py).
     with WarmVerifier(sandbox="none") as v:
         first = v.run("pass")
         assert first.passed

@@ -1,7 +1,7 @@
 """design.toml is read strictly: every refusal is named, none is a traceback.
 
-`write_prereg` builds a small valid preregistration (with its own tiny packet)
-that test_prereg.py uses too.
+`write_prereg` (tests/support/design.py) builds a small valid preregistration (with
+its own tiny packet) that tests/prereg/test_freeze.py uses too.
 """
 
 from __future__ import annotations

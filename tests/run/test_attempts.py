@@ -1,8 +1,8 @@
 """The plan reader and `model-attempt.v1` records: builders, the strict validator, round trips.
 
-The plan fixture is written here in the documented format (a header, then one
-`plan-request.v1` per cell, bodies built by the real openai_chat adapter);
-`tests/test_resume.py` reuses `write_plan`, `delivered` and `failed`.
+The plan fixture (tests/support/attempts.py) is written in the documented format (a
+header, then one `plan-request.v1` per cell, bodies built by the real openai_chat
+adapter); tests/run/test_resume.py uses its `write_plan`, `delivered` and `failed` too.
 """
 
 from __future__ import annotations
