@@ -18,7 +18,7 @@ naming every problem (`problems=[{file, line, rule, message}, ...]`):
     malformed       the oracle could not read the records at all (an intact chain whose
                     last line lost a field or changed a type): named, never a traceback
 
-The frame has exactly the columns of `harness.analysis.tables.ATTEMPT_COLUMNS`, one
+The frame has exactly the columns of `harness.audit.frame.ATTEMPT_COLUMNS`, one
 row per standing final (a cell whose latest final's action is `stand`):
 
     study, stage, system, arm, item, repeat, run_id, lane (the plan's lane, as text)
@@ -41,13 +41,13 @@ from typing import Any
 
 import polars as pl
 
-from harness.analysis.tables import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
+from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
 from harness.audit.oracle import Problem, run_problems
 from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.meter.usage import CATEGORIES
 from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.records.usage import CATEGORIES
 from harness.run.attempts import Plan, read_plan
 from harness.run.records import log_seed, receipt_name
 

@@ -182,7 +182,7 @@ def _journal(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _catalog(args: argparse.Namespace) -> dict[str, Any]:
-    from harness.providers.catalog import describe_catalog
+    from harness.meter.priced_catalog import describe_catalog
 
     return describe_catalog(args.catalog, args.pricing)
 

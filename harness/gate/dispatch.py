@@ -43,7 +43,6 @@ from harness.gate.workspace import Gate, check_pin, gated
 from harness.providers.catalog import (
     Catalog,
     CatalogModel,
-    cheapest_in_lane,
     load_catalog,
     resolve_model,
     worker_env,
@@ -226,6 +225,7 @@ def _choose_model(
         if named.worker is None:
             raise Refusal("model_has_no_worker", f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
         return _ModelChoice(named, catalog, {"mode": "explicit", "model_lane": named.lane})
+    from harness.meter.priced_catalog import cheapest_in_lane
     from harness.meter.pricing import load_pricing
 
     pricing = load_pricing(pricing_path)

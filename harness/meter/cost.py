@@ -19,7 +19,7 @@ from typing import Any, Final
 from harness.errors import Refusal
 from harness.evidence.money import sum_costs
 from harness.meter.pricing import Price
-from harness.meter.usage import CATEGORIES, TokenUsage
+from harness.records.usage import CATEGORIES, TokenUsage
 
 __all__ = ["COST_STATUSES", "Cost", "meter", "total_cost"]
 

@@ -50,9 +50,10 @@ from typing import Any, Final
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, loads_strict, read_bytes, sha256_hex
 from harness.meter.cost import COST_STATUSES, Cost
-from harness.meter.usage import API_SHAPES, CATEGORIES, TokenUsage
 from harness.providers.base import ERROR_CODES, Exchange
+from harness.providers.registry import API_SHAPES
 from harness.records.plan import PLAN_REQUEST_KIND, PlanCell
+from harness.records.usage import CATEGORIES, TokenUsage
 
 __all__ = [
     "ATTEMPTS_SEED_PREFIX",

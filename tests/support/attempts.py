@@ -8,9 +8,9 @@ from typing import Any
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
 from harness.meter.cost import Cost, meter
 from harness.meter.pricing import Price
-from harness.meter.usage import TokenUsage
 from harness.providers.base import Exchange, GenerationSettings, ParsedResponse
 from harness.providers.registry import adapter_for
+from harness.records.usage import TokenUsage
 from harness.run.attempts import Plan, PlanRequest, attempt_from_exchange, error_attempt, read_plan
 
 BASE_URL = "http://127.0.0.1:9/v1"
