@@ -75,7 +75,7 @@ from harness.prereg.freeze import (
     amendments_seed,
     check_frozen,
 )
-from harness.run.records import LOGS, log_seed
+from harness.run.layout import LOGS, log_seed
 
 __all__ = [
     "BREAKEVEN_SCHEMA",

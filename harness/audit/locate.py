@@ -12,7 +12,7 @@ from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root
 from harness.prereg.design import Design, load_design
 from harness.prereg.freeze import check_frozen
-from harness.run.records import LOGS
+from harness.run.layout import LOGS
 
 __all__ = ["Located", "PathArg", "locate", "study_design"]
 

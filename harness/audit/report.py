@@ -47,9 +47,10 @@ from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.records.plan import Plan
 from harness.records.usage import CATEGORIES
-from harness.run.attempts import Plan, read_plan
-from harness.run.records import log_seed, receipt_name
+from harness.run.attempts import read_plan
+from harness.run.layout import log_seed, receipt_name
 
 __all__ = ["Report", "build_report", "check_stage"]
 
@@ -69,7 +70,7 @@ def _problem(file: str, line: int | None, rule: str, message: str) -> Problem:
 
 
 def _fresh_plan_bytes(frozen: FrozenPrereg, stage: str) -> bytes:
-    from harness.run.runner import _stage_plan_bytes
+    from harness.run.setup import stage_plan_bytes as _stage_plan_bytes
 
     return _stage_plan_bytes(frozen.path, frozen.design, stage)
 

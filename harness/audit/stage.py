@@ -23,9 +23,10 @@ from harness.errors import Refusal
 from harness.evidence.chain import PROBLEM_KINDS, ChainStatus, verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import lock_holder
+from harness.records.anchor import ANCHOR_FIELDS, ANCHOR_KIND
 from harness.run.anchor_push import Pushed
 from harness.run.anchors import OUTPUT_REASONS
-from harness.run.records import ANCHOR_KIND, LOGS, log_seed
+from harness.run.layout import LOGS, log_seed
 
 __all__ = ["ANCHOR_REASONS", "LogCheck", "StageAudit", "StageCheck", "anchor_form", "files_below"]
 
@@ -97,7 +98,7 @@ def _log_entry_form(name: str, entry: Any) -> str | None:
 
 def anchor_form(record: Mapping[str, Any], first: bool) -> list[str]:
     """What is wrong with the form of one `anchors.jsonl` record ([] when it is an `anchor.v1` as written)."""
-    want = {"kind", "at", "reason", "logs", "manifests", "prev", *(("seed",) if first else ())}
+    want = {*ANCHOR_FIELDS, "prev", *(("seed",) if first else ())}
     if set(record) != want:
         return [f"keys {sorted(record)} are not {sorted(want)}"]
     out = []

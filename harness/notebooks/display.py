@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.evidence.chain import read_log, verify_log
-from harness.run.records import RunProgress, RunSummary, log_seed
+from harness.run.layout import log_seed
+from harness.run.summary import RunProgress, RunSummary
 
 __all__ = ["Table", "anchors_table", "cells_table", "preflight_table", "progress_table", "summary_table"]
 

@@ -47,7 +47,8 @@ from harness.notebooks.display import (
     summary_table,
 )
 from harness.run.anchors import OUTPUT_REASONS, output_manifest_name
-from harness.run.records import LOGS, RunProgress, RunSummary, log_seed, stage_folder
+from harness.run.layout import LOGS, log_seed, stage_folder
+from harness.run.summary import RunProgress, RunSummary
 
 __all__ = [
     "KERNEL_NAME",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from harness.records.attempt import PROVIDER_ERROR_CODES
 from harness.records.usage import TokenUsage
 
 __all__ = [
@@ -22,19 +23,7 @@ __all__ = [
     "ProviderRequest",
 ]
 
-ERROR_CODES: Final = (
-    "transport",
-    "timeout",
-    "rate_limited",
-    "server_error",
-    "auth",
-    "billing",
-    "quota",
-    "bad_request",
-    "context_length",
-    "content_filter",
-    "malformed_response",
-)
+ERROR_CODES: Final = PROVIDER_ERROR_CODES  # declared with the attempt record (harness.records.attempt)
 
 
 @dataclass(frozen=True)

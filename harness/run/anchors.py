@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from harness.evidence.chain import verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.run.records import ANCHOR_KIND
+from harness.records.anchor import Anchor
 
 __all__ = ["ANCHOR_EVERY_S", "OUTPUT_REASONS", "anchor_record", "output_manifest_name"]
 
@@ -53,4 +53,4 @@ def anchor_record(
     out_manifests = {
         name: (sha256_hex(read_bytes(path)) if os.path.exists(path) else None) for name, path in manifests.items()
     }
-    return {"kind": ANCHOR_KIND, "at": at, "reason": reason, "logs": out_logs, "manifests": out_manifests}
+    return Anchor(at, reason, out_logs, out_manifests).to_json()
