@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,8 +31,9 @@ from harness.records.plan import PlanCell, PlanHeader
 from harness.records.run_event import EVENT_FIELDS, RunEvent
 from harness.run import attempts as run_attempts
 from harness.run.attempts import read_plan
+from tests.support.paths import REPO
 
-STAGE = Path(__file__).resolve().parent.parent / "results" / "local-gemma" / "pilot"
+STAGE = REPO / "results" / "local-gemma" / "pilot"
 CHAIN = ("prev", "seed")
 
 
