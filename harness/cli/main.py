@@ -18,7 +18,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from harness._version import __version__
-from harness.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Refusal
+from harness.errors import (
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Code,
+    EvalRefusal,
+    InputRefusal,
+    LogRefusal,
+    Refusal,
+    WorkerRefusal,
+)
 
 __all__ = ["main"]
 
@@ -237,7 +249,7 @@ def _delegate(args: argparse.Namespace) -> dict[str, Any]:
         try:
             text = read_bytes(args.task_file, max_bytes=4 * 1024 * 1024).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.task_file) from None
+            raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", args.task_file) from None
     else:
         text = args.task_text
     return delegate(
@@ -259,7 +271,7 @@ def _ledger_repair(args: argparse.Namespace) -> dict[str, Any]:
 
     seed = args.seed or verify_log(args.path).seed
     if seed is None:
-        raise Refusal("log_seed_unknown", "an empty or seedless log: give --seed", args.path)
+        raise LogRefusal(Code.LOG_SEED_UNKNOWN, "an empty or seedless log: give --seed", args.path)
     return {"ok": True, **ChainedLog(args.path, seed).repair()}
 
 
@@ -330,7 +342,7 @@ def _worker_llm_edit(args: argparse.Namespace) -> dict[str, Any]:
 
     prompt_file = args.prompt_file or os.environ.get("PROCTOR_PROMPT_FILE")
     if not prompt_file:
-        raise Refusal("prompt_file_missing", "give --prompt-file or run under proctor dispatch")
+        raise WorkerRefusal(Code.PROMPT_FILE_MISSING, "give --prompt-file or run under proctor dispatch")
     scope = args.scope or _json_list(os.environ.get("PROCTOR_SCOPE", "[]"))
     outcome = run_llm_edit(
         args.model,
@@ -349,7 +361,7 @@ def _json_list(text: str) -> list[str]:
 
     value = loads_strict(text.encode("utf-8"), path="PROCTOR_SCOPE", expect_object=False)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise Refusal("scope_invalid", "PROCTOR_SCOPE must be a JSON list of paths", "PROCTOR_SCOPE")
+        raise WorkerRefusal(Code.SCOPE_INVALID, "PROCTOR_SCOPE must be a JSON list of paths", "PROCTOR_SCOPE")
     return value
 
 
@@ -383,11 +395,11 @@ def _evals_verify(args: argparse.Namespace) -> dict[str, Any]:
     item = suite.packet.get(args.item)
     private = suite.private[item.item]
     if item.entry_point is None or private.test is None:
-        raise Refusal("suite_item_unverifiable", "not a function-completion item with a hidden test", args.suite_dir)
+        raise EvalRefusal(Code.SUITE_ITEM_UNVERIFIABLE, "not a function-completion item with a hidden test", args.suite_dir)
     try:
         response = read_bytes(args.response, max_bytes=4 * 1024 * 1024).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.response) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", args.response) from None
     with WarmVerifier(sandbox=args.sandbox) as verifier:
         verifier.check_sandbox()
         verdict, receipt = verify_response(
@@ -667,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.worker_argv = worker
     except UsageError as exc:
         if as_json:
-            _print_json({"ok": False, "refusal": "usage_error", "message": str(exc)})
+            _print_json({"ok": False, "refusal": Code.USAGE_ERROR, "message": str(exc)})
         else:
             sys.stderr.write(f"{exc}\nTry 'proctor --help'.\n")
         return EXIT_USAGE
@@ -689,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = f"{type(exc).__name__}: {exc}"
         if args.json:
-            _print_json({"ok": False, "refusal": "internal_error", "message": message})
+            _print_json({"ok": False, "refusal": Code.INTERNAL_ERROR, "message": message})
         else:
             sys.stderr.write(f"internal error: {message} (set PROCTOR_DEBUG=1 for the traceback)\n")
         return EXIT_INTERNAL

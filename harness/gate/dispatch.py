@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import TreeEntry, diff_trees, scan_tree, tree_signature
@@ -60,15 +60,15 @@ AUTO_MODEL = "auto"
 def check_preflight(task: Task, now: float) -> list[dict[str, Any]]:
     """A production task needs named preflight receipts, each newer than `max_preflight_age_s`."""
     if not task.preflight_receipts:
-        raise Refusal("preflight_receipt_required", "a production task must name preflight_receipts", task.path)
+        raise GateRefusal(Code.PREFLIGHT_RECEIPT_REQUIRED, "a production task must name preflight_receipts", task.path)
     checked = []
     for name in task.preflight_receipts:
         path = os.path.join(task.folder, name)
         data = read_bytes(path)  # missing, dangling or special: a named refusal
         age = now - os.stat(path).st_mtime
         if age > task.budget.max_preflight_age_s:
-            raise Refusal(
-                "preflight_receipt_stale",
+            raise GateRefusal(
+                Code.PREFLIGHT_RECEIPT_STALE,
                 f"{age:.0f}s old, limit {task.budget.max_preflight_age_s:.0f}s",
                 path,
             )
@@ -216,7 +216,7 @@ def _choose_model(
     if name != AUTO_MODEL:
         named = resolve_model(catalog, name)
         if named.worker is None:
-            raise Refusal("model_has_no_worker", f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
+            raise ProviderRefusal(Code.MODEL_HAS_NO_WORKER, f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
         return _ModelChoice(named, catalog, {"mode": "explicit", "model_lane": named.lane})
     from harness.meter.priced_catalog import cheapest_in_lane
     from harness.meter.pricing import load_pricing
@@ -225,8 +225,8 @@ def _choose_model(
     excluded = esc.excluded_providers(lane)
     model, considered = cheapest_in_lane(catalog, lane, pricing, excluded)
     if model is None:
-        raise Refusal(
-            "no_model_for_lane",
+        raise ProviderRefusal(
+            Code.NO_MODEL_FOR_LANE,
             f"no catalog model with a worker in lane {lane!r}"
             + (f" outside the failed providers {', '.join(excluded)}" if excluded else ""),
             catalog.path,
@@ -271,8 +271,8 @@ def _next_lane(gate: Gate, esc: EscalationState) -> str:
         return esc.lane
     budget = gate.task.budget
     if len(esc.switches) >= budget.max_stagnant:
-        raise Refusal(
-            "stagnation_limit_reached",
+        raise ProviderRefusal(
+            Code.STAGNATION_LIMIT_REACHED,
             f"{esc.stagnant_count} identical failures in lane {esc.lane} after {len(esc.switches)} "
             f"lane switch(es); max_stagnant is {budget.max_stagnant}",
             gate.task.path,
@@ -328,7 +328,7 @@ def _refuse_tampering(
     if wire_forged is not None:
         details["wire_log"] = wire_forged
     gate.record("state_tampered", dispatch_id=dispatch_id, **details)
-    raise Refusal("state_tampered", "; ".join(reasons), paths[0], **details)
+    raise GateRefusal(Code.STATE_TAMPERED, "; ".join(reasons), paths[0], **details)
 
 
 def dispatch(
@@ -350,17 +350,17 @@ def dispatch(
     """
     refuse_nested("dispatch")
     if model is not None and argv:
-        raise Refusal("worker_choice_conflict", "give either --model or --command, not both")
+        raise ProviderRefusal(Code.WORKER_CHOICE_CONFLICT, "give either --model or --command, not both")
     if model is None and not argv:
-        raise Refusal("worker_command_missing", "give --model ID|auto, or the worker's argv after --command --")
+        raise GateRefusal(Code.WORKER_COMMAND_MISSING, "give --model ID|auto, or the worker's argv after --command --")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("dispatch"):
         check_pin(gate.task, gate.pin)
         box = resolve_sandbox(sandbox)
         budget = gate.task.budget
         started = [e for e in gate.events if e["event"] == "dispatch_start"]
         if len(started) >= budget.max_dispatches:
-            raise Refusal(
-                "dispatch_budget_exhausted",
+            raise GateRefusal(
+                Code.DISPATCH_BUDGET_EXHAUSTED,
                 f"{len(started)} of {budget.max_dispatches} dispatches used",
                 gate.task.path,
             )
@@ -368,8 +368,8 @@ def dispatch(
         preflight: list[dict[str, Any]] = []
         if decision.production:
             if decision.lane == "flash" and not decision.explicit:
-                raise Refusal(
-                    "flash_lane_refused_for_production",
+                raise GateRefusal(
+                    Code.FLASH_LANE_REFUSED_FOR_PRODUCTION,
                     f"the task names {', '.join(decision.production_entrypoints)}; give an explicit lane and reason",
                     gate.task.path,
                 )
@@ -485,7 +485,7 @@ def dispatch(
                 )
             except OSError as exc:
                 gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
-                raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+                raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
         wire, wire_forged = _wire_end(metering) if "proxy" in metering else (None, None)
         tree = tree_signature(gate.workspace)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import loads_strict, read_bytes, sha256_hex
 
 __all__ = ["RECEIPT_SCHEMA", "load_receipt"]
@@ -23,8 +23,8 @@ def load_receipt(path: str | os.PathLike[str], expected_sha256: str) -> dict[str
     """Read a receipt and refuse `receipt_tampered` unless its bytes hash as the journal says."""
     raw = read_bytes(path)
     if sha256_hex(raw) != expected_sha256:
-        raise Refusal("receipt_tampered", "the receipt's bytes differ from those the journal recorded", path)
+        raise GateRefusal(Code.RECEIPT_TAMPERED, "the receipt's bytes differ from those the journal recorded", path)
     receipt: dict[str, Any] = loads_strict(raw, path=path)
     if receipt.get("schema") != RECEIPT_SCHEMA:
-        raise Refusal("receipt_invalid", f"expected schema {RECEIPT_SCHEMA}", path)
+        raise GateRefusal(Code.RECEIPT_INVALID, f"expected schema {RECEIPT_SCHEMA}", path)
     return receipt
