@@ -60,28 +60,28 @@ def accept(
         last = verifies[-1]
         path = gate.state.path("receipts", f"{last['receipt_id']}.json")
         receipt = load_receipt(path, last["receipt_sha256"])
-        if not receipt["passed"]:
-            raise Refusal("receipt_not_passing", f"receipt {receipt['receipt_id']} did not pass", path)
-        if receipt["tamper_detected"]:
+        if not receipt.passed:
+            raise Refusal("receipt_not_passing", f"receipt {receipt.receipt_id} did not pass", path)
+        if receipt.tamper_detected:
             raise Refusal(
                 "tamper_detected",
-                f"sealed inputs were tampered with and restored: {', '.join(receipt['tampered_paths'])}",
+                f"sealed inputs were tampered with and restored: {', '.join(receipt.tampered_paths)}",
                 path,
-                paths=receipt["tampered_paths"],
+                paths=list(receipt.tampered_paths),
             )
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
         latest_seq = dispatches[-1]["seq"] if dispatches else 0
-        if latest_seq != receipt["dispatch_seq"]:
+        if latest_seq != receipt.dispatch_seq:
             raise Refusal(
                 "dispatch_after_receipt",
-                f"dispatch {latest_seq} ran after receipt {receipt['receipt_id']}; verify again",
+                f"dispatch {latest_seq} ran after receipt {receipt.receipt_id}; verify again",
                 path,
             )
         tree = tree_signature(gate.workspace, tuple(gate.pin["excludes"]))
-        if tree.digest != receipt["tree"]:
+        if tree.digest != receipt.tree:
             raise Refusal("receipt_stale", "the workspace changed since the receipt; verify again", gate.workspace)
         overrides = []
-        if latest_seq == 0 and receipt["verifier_nondiscriminating"]:
+        if latest_seq == 0 and receipt.verifier_nondiscriminating:
             if not allow_zero_dispatch:
                 raise Refusal(
                     "zero_dispatch_nondiscriminating",
@@ -101,11 +101,11 @@ def accept(
                 )
             overrides.append("allow_detached_payload")
         for name in overrides:
-            gate.record("override", override=name, receipt_id=receipt["receipt_id"])
-        sandboxes = sandbox_summary(receipt.get("sandbox"), dispatches)
+            gate.record("override", override=name, receipt_id=receipt.receipt_id)
+        sandboxes = sandbox_summary(receipt.sandbox, dispatches)
         gate.record(
             "accept",
-            receipt_id=receipt["receipt_id"],
+            receipt_id=receipt.receipt_id,
             tree=tree.digest,
             dispatch_seq=latest_seq,
             overrides=overrides,
@@ -115,7 +115,7 @@ def accept(
         "ok": True,
         "accepted": True,
         "task_id": gate.task.task_id,
-        "receipt_id": receipt["receipt_id"],
+        "receipt_id": receipt.receipt_id,
         "tree": tree.digest,
         "dispatches": latest_seq,
         "overrides": overrides,

@@ -44,8 +44,8 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.layout import lay_entry, real_parents, remove_entry
 from harness.evidence.tree import TreeEntry, diff_trees, display_path, scan_tree, signature_of
-from harness.gate.dispatch import metering_proxy, socket_base_url
 from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
+from harness.gate.metering import metering_proxy, socket_base_url
 from harness.gate.state import NESTED_ENV
 from harness.providers.catalog import load_catalog, resolve_model, worker_env
 from harness.workers.process import run_group

@@ -55,12 +55,12 @@ def _receipt(gate: Gate) -> dict[str, Any] | None:
     last = verifies[-1]
     receipt = load_receipt(gate.state.path("receipts", f"{last['receipt_id']}.json"), last["receipt_sha256"])
     return {
-        "receipt_id": receipt["receipt_id"],
+        "receipt_id": receipt.receipt_id,
         "sha256": last["receipt_sha256"],
-        "passed": receipt["passed"],
-        "tree": receipt["tree"],
-        "dispatch_seq": receipt["dispatch_seq"],
-        "fingerprint": receipt.get("fingerprint"),
+        "passed": receipt.passed,
+        "tree": receipt.tree,
+        "dispatch_seq": receipt.dispatch_seq,
+        "fingerprint": receipt.fingerprint,
     }
 
 

@@ -16,15 +16,14 @@ from typing import Any
 
 from harness.errors import Refusal
 from harness.evidence.fsutil import ensure_private_dir
-from harness.evidence.jsonio import read_bytes, read_json, sha256_hex
+from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import lay_entry
 from harness.evidence.tree import (
     TreeEntry,
-    manifest_from_json,
     scan_tree,
     signature_of,
 )
-from harness.gate.dispatch import withheld_paths
+from harness.gate.baseline import baseline_entries
 from harness.gate.escalation import fingerprint
 from harness.gate.guards import (
     ancestor_inputs,
@@ -35,19 +34,11 @@ from harness.gate.guards import (
 from harness.gate.receipts import RECEIPT_SCHEMA
 from harness.gate.seal import check_copies, lay_hidden, restore_sealed
 from harness.gate.state import refuse_nested
-from harness.gate.workspace import Gate, check_pin, gated
+from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
 
-__all__ = ["baseline_entries", "copy_tree", "verify"]
-
-
-def baseline_entries(gate: Gate) -> dict[bytes, TreeEntry]:
-    """The baseline tree recorded at init, checked against the pin."""
-    loaded = read_json(gate.state.path("baseline.json"))
-    if loaded.sha256 != gate.pin["baseline_manifest_sha256"]:
-        raise Refusal("state_tampered", "the baseline manifest differs from the pin", gate.state.path("baseline.json"))
-    return manifest_from_json(loaded.value["entries"])
+__all__ = ["copy_tree", "verify"]
 
 
 def copy_tree(source: str, entries: Mapping[bytes, TreeEntry], dest: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from harness.evidence.jsonio import canonical_bytes
 from harness.gate.state import StateDir, journal_clock, stamp, workspace_root
 from harness.gate.task import Task, load_task
 
-__all__ = ["Gate", "check_pin", "gated"]
+__all__ = ["Gate", "check_pin", "gated", "withheld_paths"]
 
 
 def check_pin(task: Task, pin: dict[str, Any]) -> None:
@@ -100,3 +101,12 @@ def _open(ws: str, state: StateDir, task_path: str | None) -> Gate:
             paths=paths,
         )
     return Gate(ws, task, state, pin, journal, events, journal_clock(events))
+
+
+def withheld_paths(gate: Gate) -> tuple[str, ...]:
+    """What a sandbox never shows, even beneath a path a worker names: the state folders and hidden inputs."""
+    found = [gate.state.root, os.path.join(os.path.dirname(gate.workspace), ".runner-state")]
+    if os.path.basename(os.path.dirname(gate.state.root)) == ".runner-state":
+        found.append(os.path.dirname(gate.state.root))
+    found += [os.path.realpath(os.path.join(gate.task.folder, h["from"])) for h in gate.pin["hidden"]]
+    return tuple(dict.fromkeys(found))
