@@ -9,6 +9,7 @@ when all of them ran under bwrap, and `weaker` when any ran with
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Refusal
@@ -18,10 +19,26 @@ from harness.gate.state import refuse_nested
 from harness.gate.workspace import check_pin, gated
 from harness.workers.sandbox import guarantee_of
 
-__all__ = ["accept", "sandbox_summary"]
+__all__ = ["AcceptResult", "SandboxSummary", "accept", "sandbox_summary"]
 
 
-def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SandboxSummary:
+    """Under which sandbox the receipt's verifier and each dispatch ran, and the guarantee that leaves."""
+
+    verify: str
+    dispatches: dict[str, str]
+    guarantee: str
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verify": self.verify, "dispatches": dict(self.dispatches), "guarantee": self.guarantee}
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+
+def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[Mapping[str, Any]]) -> SandboxSummary:
     """Under which sandbox the receipt's verifier and each dispatch ran, and the guarantee that leaves.
 
     A record without a sandbox (made before sandboxes were recorded) counts as `none`.
@@ -29,17 +46,43 @@ def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[
     verify_kind = str((receipt_sandbox or {}).get("kind", "none"))
     dispatches = {str(e["dispatch_id"]): str((e.get("sandbox") or {}).get("kind", "none")) for e in starts}
     guarantee = guarantee_of([verify_kind, *dispatches.values()])
-    out: dict[str, Any] = {"verify": verify_kind, "dispatches": dispatches, "guarantee": guarantee}
-    if guarantee == "weaker":
-        unsandboxed = (["the verifier"] if verify_kind != "bwrap" else []) + [
-            f"dispatch {d}" for d, k in dispatches.items() if k != "bwrap"
-        ]
-        out["note"] = (
-            f"{', '.join(unsandboxed)} ran without a sandbox (--sandbox none): a worker could read the hidden "
-            "tests and reach the network and the state folder as the proctor's user; only the proctor's own "
-            "checks stood between it and the evidence"
-        )
-    return out
+    if guarantee != "weaker":
+        return SandboxSummary(verify_kind, dispatches, guarantee)
+    unsandboxed = (["the verifier"] if verify_kind != "bwrap" else []) + [
+        f"dispatch {d}" for d, k in dispatches.items() if k != "bwrap"
+    ]
+    note = (
+        f"{', '.join(unsandboxed)} ran without a sandbox (--sandbox none): a worker could read the hidden "
+        "tests and reach the network and the state folder as the proctor's user; only the proctor's own "
+        "checks stood between it and the evidence"
+    )
+    return SandboxSummary(verify_kind, dispatches, guarantee, note)
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """What `proctor accept` accepted: the receipt, the tree, the overrides used, the sandbox guarantee."""
+
+    task_id: str
+    receipt_id: str
+    tree: str
+    dispatches: int
+    overrides: tuple[str, ...]
+    overrides_total: int
+    sandbox: SandboxSummary
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "accepted": True,
+            "task_id": self.task_id,
+            "receipt_id": self.receipt_id,
+            "tree": self.tree,
+            "dispatches": self.dispatches,
+            "overrides": list(self.overrides),
+            "overrides_total": self.overrides_total,
+            "sandbox": self.sandbox.to_json(),
+        }
 
 
 def accept(
@@ -49,7 +92,7 @@ def accept(
     allow_zero_dispatch: bool = False,
     allow_detached_payload: bool = False,
     state_dir: str | None = None,
-) -> dict[str, Any]:
+) -> AcceptResult:
     """Accept the workspace's current tree on the strength of its last receipt, or refuse."""
     refuse_nested("accept")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("accept"):
@@ -109,16 +152,14 @@ def accept(
             tree=tree.digest,
             dispatch_seq=latest_seq,
             overrides=overrides,
-            guarantee=sandboxes["guarantee"],
+            guarantee=sandboxes.guarantee,
         )
-    return {
-        "ok": True,
-        "accepted": True,
-        "task_id": gate.task.task_id,
-        "receipt_id": receipt.receipt_id,
-        "tree": tree.digest,
-        "dispatches": latest_seq,
-        "overrides": overrides,
-        "overrides_total": sum(1 for e in gate.events if e["event"] == "override"),
-        "sandbox": sandboxes,
-    }
+    return AcceptResult(
+        task_id=gate.task.task_id,
+        receipt_id=receipt.receipt_id,
+        tree=tree.digest,
+        dispatches=latest_seq,
+        overrides=tuple(overrides),
+        overrides_total=sum(1 for e in gate.events if e["event"] == "override"),
+        sandbox=sandboxes,
+    )

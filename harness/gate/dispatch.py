@@ -19,12 +19,13 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.evidence.tree import TreeEntry, diff_trees, scan_tree, tree_signature
+from harness.evidence.tree import TreeEntry, TreeSignature, diff_trees, scan_tree, tree_signature
 from harness.gate.choice import choose_model, lane_switch, next_lane, provider_switch
 from harness.gate.escalation import escalation_state, is_provider_failure
 from harness.gate.lanes import choose_lane
@@ -33,7 +34,7 @@ from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.providers.catalog import worker_env
-from harness.workers.process import run_group
+from harness.workers.process import ProcessResult, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -44,7 +45,7 @@ from harness.workers.sandbox import (
     sandbox_env,
 )
 
-__all__ = ["check_preflight", "dispatch"]
+__all__ = ["DispatchResult", "check_preflight", "dispatch"]
 
 
 def check_preflight(task: Task, now: float) -> list[dict[str, Any]]:
@@ -116,6 +117,44 @@ def _refuse_tampering(
     raise Refusal("state_tampered", "; ".join(reasons), paths[0], **details)
 
 
+@dataclass(frozen=True)
+class DispatchResult:
+    """How one dispatch ended: its id, lane, model, the worker's exit, the tree it left, its sandbox."""
+
+    dispatch_id: str
+    seq: int
+    lane: str
+    lane_switch: dict[str, Any] | None
+    model: str | None
+    wire_log: str | None
+    provider_failure: bool
+    output_file: str
+    tree_after: TreeSignature
+    sandbox: dict[str, Any]
+    process: ProcessResult
+
+    @property
+    def succeeded(self) -> bool:
+        """The worker exited 0 within its time."""
+        return self.process.exit_code == 0 and not self.process.timed_out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.succeeded,
+            "dispatch_id": self.dispatch_id,
+            "seq": self.seq,
+            "lane": self.lane,
+            "lane_switch": self.lane_switch,
+            "model": self.model,
+            "wire_log": self.wire_log,
+            "provider_failure": self.provider_failure,
+            "output_file": self.output_file,
+            "tree_after": self.tree_after.to_json(),
+            "sandbox": self.sandbox,
+            **self.process.to_json(),
+        }
+
+
 def dispatch(
     workspace: str,
     task_path: str,
@@ -126,7 +165,7 @@ def dispatch(
     catalog_path: str | None = None,
     pricing_path: str | None = None,
     sandbox: str | None = None,
-) -> dict[str, Any]:
+) -> DispatchResult:
     """Run the worker in the workspace: `argv`, or the catalog worker of `model` (an id or "auto").
 
     Returns the dispatch's end record. On stagnation the lane switches first
@@ -287,17 +326,16 @@ def dispatch(
         )
         if tampered or wire_forged:
             _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
-    return {
-        "ok": result.exit_code == 0 and not result.timed_out,
-        "dispatch_id": dispatch_id,
-        "seq": seq,
-        "lane": lane,
-        "lane_switch": switch[0] if switch else None,
-        "model": model_fields.get("model"),
-        "wire_log": model_fields.get("wire_log"),
-        "provider_failure": is_provider_failure(end),
-        "output_file": output,
-        "tree_after": tree.to_json(),
-        "sandbox": wrapped.record,
-        **result.to_json(),
-    }
+    return DispatchResult(
+        dispatch_id=dispatch_id,
+        seq=seq,
+        lane=lane,
+        lane_switch=switch[0] if switch else None,
+        model=model_fields.get("model"),
+        wire_log=model_fields.get("wire_log"),
+        provider_failure=is_provider_failure(end),
+        output_file=output,
+        tree_after=tree,
+        sandbox=wrapped.record,
+        process=result,
+    )
