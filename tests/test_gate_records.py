@@ -1,0 +1,105 @@
+"""The gate's record types (harness.records.receipt, harness.records.task_record): strict and byte-exact."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from harness.errors import Refusal
+from harness.evals.verify_humaneval import Extraction, Verdict, verify_receipt
+from harness.evidence.jsonio import canonical_bytes
+from harness.records.receipt import ITEM_RECEIPT_SCHEMA, RECEIPT_SCHEMA, ItemReceipt, Receipt
+from harness.records.task_record import RECORD_SCHEMA, TaskRecord
+
+H = "a" * 64
+
+RECEIPT: dict[str, Any] = {
+    "schema": RECEIPT_SCHEMA, "receipt_id": "r0002", "task_id": "wordfreq-case-fold", "task_sha256": H, "tree": H,
+    "tree_entries": 5, "tree_excludes": ["__pycache__/", "*.pyc", ".pytest_cache/"], "baseline_tree": H,
+    "dispatch_seq": 2, "verifier_argv": ["python", "-m", "pytest", "tests"], "exit_code": 0, "signal": None,
+    "timed_out": False, "passed": True, "output_sha256": H, "output_bytes": 98, "fingerprint": None,
+    "tamper_detected": False, "tampered_paths": [], "verifier_nondiscriminating": False, "detached_pids": [],
+    "sandbox": {"kind": "none", "guarantee": "weaker"}, "started": 1796160786.7450163, "ended": 1796160792.1079757,
+    "duration_s": 5.362959,
+}  # fmt: skip
+
+
+def test_a_receipt_reads_back_to_the_same_bytes_and_key_order() -> None:
+    receipt = Receipt.from_json(RECEIPT)
+    assert receipt.passed and receipt.dispatch_seq == 2
+    assert canonical_bytes(receipt.to_json()) == canonical_bytes(RECEIPT)
+    assert list(receipt.to_json()) == list(RECEIPT)  # the order `proctor verify` prints
+
+
+def test_a_receipt_made_before_fingerprints_and_sandboxes_were_recorded_still_reads() -> None:
+    old = {k: v for k, v in RECEIPT.items() if k not in ("fingerprint", "sandbox")}
+    receipt = Receipt.from_json(old)
+    assert receipt.fingerprint is None and receipt.sandbox is None
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda r: r.pop("passed"), "missing passed"),
+        (lambda r: r.update(extra=1), "unknown extra"),
+        (lambda r: r.update(passed="yes"), "passed must be true or false"),
+        (lambda r: r.update(dispatch_seq=True), "dispatch_seq must be an integer"),
+        (lambda r: r.update(tampered_paths=[1]), "tampered_paths must be a list of strings"),
+        (lambda r: r.update(schema="proctor-receipt.v0"), "schema must be proctor-receipt.v1"),
+    ],
+)
+def test_a_receipt_is_read_strictly(change: Any, says: str) -> None:
+    bad = copy.deepcopy(RECEIPT)
+    change(bad)
+    with pytest.raises(Refusal) as caught:
+        Receipt.from_json(bad, "r.json")
+    assert caught.value.code == "receipt_invalid" and says in caught.value.message and caught.value.path == "r.json"
+
+
+BASE_ROW: dict[str, Any] = {
+    "schema": RECORD_SCHEMA, "task_id": "t", "task_sha256": H, "lane": "flash", "initial_lane": "flash",
+    "lane_switches": [], "dispatches": {"count": 1, "ids": ["d001-0a0b0c0d"], "models": [None], "lanes": ["flash"]},
+    "receipt": {"receipt_id": "r0001", "sha256": H, "passed": True, "tree": H, "dispatch_seq": 1, "fingerprint": None},
+    "accept": {"state": "accepted", "receipt_id": "r0001", "tree": H},
+}  # fmt: skip
+FLAT_ROW = {**BASE_ROW, "metering": "flat_rate", "wire_source": None, "note": "dispatched without a wire log",
+            "tokens": None, "cost": None, "known_cost": None, "cost_status": "flat_rate", "usage_unknown": 0,
+            "price_unknown": 0, "unmetered_dispatch_ids": ["d001-0a0b0c0d"]}  # fmt: skip
+NONE_ROW = {**BASE_ROW, "metering": "none", "wire_source": None, "tokens": None, "cost": 0.0, "known_cost": 0.0,
+            "cost_status": "no_dispatch", "usage_unknown": 0, "price_unknown": 0}  # fmt: skip
+WIRE_ROW = {**BASE_ROW, "metering": "wire", "wire_source": "journal",
+            "wire_logs": [{"path": "/w.jsonl", "dispatch_id": "d001-0a0b0c0d", "lines": 2, "head": H}],
+            "pricing": {"path": "p.toml", "sha256": H, "notional": True}, "exchanges": 2, "errors_unbilled": 0,
+            "not_metered": 0, "tokens": {"input": 10, "output": 5}, "cost": None, "known_cost": 0.25,
+            "cost_status": "partial", "usage_unknown": 0, "price_unknown": 0, "by_model": {"m": {"exchanges": 2}},
+            "unmetered_dispatch_ids": ["d002-0a0b0c0d"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", [FLAT_ROW, NONE_ROW, WIRE_ROW], ids=["flat_rate", "none", "wire"])
+def test_a_task_record_row_reads_back_to_the_same_keys_in_the_same_order(row: dict[str, Any]) -> None:
+    chained = {**row, "prev": H}  # as the chained log holds it
+    record = TaskRecord.from_json(chained)
+    assert list(record.to_json()) == list(row)
+    assert canonical_bytes(record.to_json()) == canonical_bytes(row)
+
+
+def test_a_task_record_row_is_read_strictly() -> None:
+    with pytest.raises(Refusal) as caught:
+        TaskRecord.from_json({**NONE_ROW, "wire_logs": []}, "task-record.jsonl")
+    assert caught.value.code == "log_record_invalid" and "unknown wire_logs" in caught.value.message
+    with pytest.raises(Refusal, match="missing by_model"):
+        TaskRecord.from_json({k: v for k, v in WIRE_ROW.items() if k != "by_model"})
+
+
+def test_an_item_receipt_is_built_from_the_record_type_and_reads_back() -> None:
+    receipt = verify_receipt(
+        suite="humaneval", item="HumanEval/0", response_text="x", extraction=Extraction("def f(): pass", "text-definition"),
+        test="def check(f): pass", entry_point="f", verdict=Verdict(True, "passed", "", 0.01), timeout_s=3.0,
+        memory_bytes=None, started=1.0, ended=2.0, private_sha256=H, sandbox=None,
+    )  # fmt: skip
+    assert receipt["schema"] == ITEM_RECEIPT_SCHEMA
+    assert ItemReceipt.from_json(receipt).to_json() == receipt
+    with pytest.raises(Refusal, match="unknown run_id"):
+        ItemReceipt.from_json({**receipt, "run_id": "x"})
