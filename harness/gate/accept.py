@@ -17,6 +17,7 @@ from harness.evidence.tree import tree_signature
 from harness.gate.receipts import load_receipt
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import check_pin, gated
+from harness.records.journal import AcceptEvent, OverrideEvent
 from harness.workers.sandbox import guarantee_of
 
 __all__ = ["AcceptResult", "SandboxSummary", "accept", "sandbox_summary"]
@@ -144,15 +145,16 @@ def accept(
                 )
             overrides.append("allow_detached_payload")
         for name in overrides:
-            gate.record("override", override=name, receipt_id=receipt.receipt_id)
+            gate.record(OverrideEvent(override=name, receipt_id=receipt.receipt_id))
         sandboxes = sandbox_summary(receipt.sandbox, dispatches)
         gate.record(
-            "accept",
-            receipt_id=receipt.receipt_id,
-            tree=tree.digest,
-            dispatch_seq=latest_seq,
-            overrides=overrides,
-            guarantee=sandboxes.guarantee,
+            AcceptEvent(
+                receipt_id=receipt.receipt_id,
+                tree=tree.digest,
+                dispatch_seq=latest_seq,
+                overrides=tuple(overrides),
+                guarantee=sandboxes.guarantee,
+            )
         )
     return AcceptResult(
         task_id=gate.task.task_id,

@@ -19,6 +19,7 @@ from harness.providers.catalog import (
     load_catalog,
     resolve_model,
 )
+from harness.records.journal import LaneSwitch, ProviderSwitch
 
 __all__ = ["AUTO_MODEL", "ModelChoice", "choose_model", "lane_switch", "next_lane", "provider_switch"]
 
@@ -70,8 +71,8 @@ def choose_model(
 
 
 def provider_switch(
-    esc: EscalationState, started: list[dict[str, Any]], lane: str, choice: ModelChoice | None
-) -> dict[str, Any] | None:
+    esc: EscalationState, started: list[dict[str, Any]], lane: str, choice: ModelChoice | None, dispatch_id: str
+) -> ProviderSwitch | None:
     """When the last dispatch failed for provider reasons and auto picked another provider: why."""
     if choice is None or choice.record.get("mode") != "auto" or not started or not esc.provider_failures:
         return None
@@ -80,13 +81,14 @@ def provider_switch(
         return None
     if last["provider"] == choice.model.provider:
         return None
-    return {
-        "from_provider": last["provider"],
-        "to_provider": choice.model.provider,
-        "model": choice.model.id,
-        "lane": lane,
-        "reason": f"provider failure in dispatch {last['dispatch_id']} ({last['why']}): same lane, another provider",
-    }
+    return ProviderSwitch(
+        dispatch_id=dispatch_id,
+        from_provider=last["provider"],
+        to_provider=choice.model.provider,
+        model=choice.model.id,
+        lane=lane,
+        reason=f"provider failure in dispatch {last['dispatch_id']} ({last['why']}): same lane, another provider",
+    )
 
 
 def next_lane(gate: Gate, esc: EscalationState) -> str:
@@ -108,8 +110,8 @@ def next_lane(gate: Gate, esc: EscalationState) -> str:
 
 def lane_switch(
     gate: Gate, esc: EscalationState, dispatch_id: str, folder: str, shown_dir: str
-) -> tuple[dict[str, Any], str] | None:
-    """On stagnation: the lane switch record (not yet journaled) and the evidence packet as prompt text
+) -> tuple[LaneSwitch, str] | None:
+    """On stagnation: the lane switch event (not yet journaled) and the evidence packet as prompt text
     (naming the packet where the worker sees it, in `shown_dir`)."""
     if not esc.stagnant:
         return None
@@ -123,15 +125,15 @@ def lane_switch(
     path = os.path.join(folder, "evidence.json")
     data = canonical_bytes(packet)
     atomic_write(path, data)
-    switch = {
-        "from": esc.lane,
-        "to": to,
-        "reason": reason,
-        "fingerprint": esc.stagnant_fingerprint,
-        "stagnant_count": esc.stagnant_count,
-        "receipt_ids": receipts,
-        "dispatch_id": dispatch_id,
-        "evidence_file": path,
-        "evidence_sha256": sha256_hex(data),
-    }
+    switch = LaneSwitch(
+        from_lane=esc.lane,
+        to_lane=to,
+        reason=reason,
+        fingerprint=esc.stagnant_fingerprint,
+        stagnant_count=esc.stagnant_count,
+        receipt_ids=tuple(receipts),
+        dispatch_id=dispatch_id,
+        evidence_file=path,
+        evidence_sha256=sha256_hex(data),
+    )
     return switch, render_evidence(packet, os.path.join(shown_dir, "evidence.json"))

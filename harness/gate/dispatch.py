@@ -34,6 +34,7 @@ from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.providers.catalog import worker_env
+from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
 from harness.workers.process import ProcessResult, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
@@ -113,7 +114,7 @@ def _refuse_tampering(
     details: dict[str, Any] = {"paths": paths}
     if wire_forged is not None:
         details["wire_log"] = wire_forged
-    gate.record("state_tampered", dispatch_id=dispatch_id, **details)
+    gate.record(StateTampered(dispatch_id=dispatch_id, paths=tuple(paths), wire_log=wire_forged))
     raise Refusal("state_tampered", "; ".join(reasons), paths[0], **details)
 
 
@@ -124,7 +125,7 @@ class DispatchResult:
     dispatch_id: str
     seq: int
     lane: str
-    lane_switch: dict[str, Any] | None
+    lane_switch: LaneSwitch | None
     model: str | None
     wire_log: str | None
     provider_failure: bool
@@ -144,7 +145,7 @@ class DispatchResult:
             "dispatch_id": self.dispatch_id,
             "seq": self.seq,
             "lane": self.lane,
-            "lane_switch": self.lane_switch,
+            "lane_switch": None if self.lane_switch is None else self.lane_switch.fields(),
             "model": self.model,
             "wire_log": self.wire_log,
             "provider_failure": self.provider_failure,
@@ -221,7 +222,7 @@ def dispatch(
         placed = [(prompt_file, os.path.join(IN_SANDBOX, "prompt.md"))]
         if switch:
             given["PROCTOR_EVIDENCE_FILE"] = os.path.join(seen, "evidence.json")
-            placed.append((switch[0]["evidence_file"], os.path.join(IN_SANDBOX, "evidence.json")))
+            placed.append((switch[0].evidence_file, os.path.join(IN_SANDBOX, "evidence.json")))
         network = "none"
         if choice is not None:
             assert choice.model.worker is not None
@@ -276,24 +277,25 @@ def dispatch(
             )
             wrapped = box.wrap(argv, view, env)
             if switch:
-                gate.record("lane_switch", **switch[0])
-            changed_provider = provider_switch(esc, started, lane, choice)
+                gate.record(switch[0])
+            changed_provider = provider_switch(esc, started, lane, choice, dispatch_id)
             if changed_provider:
-                gate.record("provider_switch", dispatch_id=dispatch_id, **changed_provider)
+                gate.record(changed_provider)
             gate.record(
-                "dispatch_start",
-                dispatch_id=dispatch_id,
-                seq=seq,
-                argv=list(argv),
-                lane=lane,
-                proctor_pid=os.getpid(),
-                prompt_sha256=sha256_hex(prompt),
-                heartbeat=heartbeat,
-                timeout_s=budget.timeout_s,
-                preflight=preflight,
-                evidence_file=switch[0]["evidence_file"] if switch else None,
-                sandbox=wrapped.record,
-                **model_fields,
+                DispatchStart(
+                    dispatch_id=dispatch_id,
+                    seq=seq,
+                    argv=tuple(argv),
+                    lane=lane,
+                    proctor_pid=os.getpid(),
+                    prompt_sha256=sha256_hex(prompt),
+                    heartbeat=heartbeat,
+                    timeout_s=budget.timeout_s,
+                    preflight=tuple(preflight),
+                    evidence_file=switch[0].evidence_file if switch else None,
+                    sandbox=wrapped.record,
+                    model=model_fields or None,
+                )
             )
             watched = _state_entries(gate, dispatch_id)
             try:
@@ -308,21 +310,24 @@ def dispatch(
                     sandboxed=wrapped.sandboxed,
                 )
             except OSError as exc:
-                gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
+                gate.record(DispatchEnd(dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc)))
                 raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
         wire, wire_forged = wire_end(metering) if "proxy" in metering else (None, None)
         tree = tree_signature(gate.workspace)
         end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+        process = result.to_json()
         gate.record(
-            "dispatch_end",
-            dispatch_id=dispatch_id,
-            seq=seq,
-            output_sha256=sha256_hex(read_bytes(output)),
-            tree_after=tree.digest,
-            provider_failure=is_provider_failure(end),
-            **({"wire": wire} if wire is not None else {}),
-            **result.to_json(),
+            DispatchEnd(
+                dispatch_id=dispatch_id,
+                seq=seq,
+                output_sha256=sha256_hex(read_bytes(output)),
+                tree_after=tree.digest,
+                provider_failure=is_provider_failure(end),
+                wire=wire,
+                detached_pids=tuple(process.pop("detached_pids")),
+                process=process,
+            )
         )
         if tampered or wire_forged:
             _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)

@@ -23,6 +23,7 @@ from harness.gate.seal import seal_files, store_hidden
 from harness.gate.state import StateDir, journal_clock, refuse_nested, workspace_root
 from harness.gate.task import load_task
 from harness.gate.workspace import Gate
+from harness.records.journal import InitEvent
 
 __all__ = ["PIN_SCHEMA", "InitResult", "init_workspace"]
 
@@ -110,14 +111,15 @@ def init_workspace(workspace: str, task_path: str, state_dir: str | None = None)
         # workspace that is simply not initialized, and a retry appends a second init.
         pin_sha = sha256_hex(canonical_bytes(pin))
         gate.record(
-            "init",
-            task_id=task.task_id,
-            task_sha256=task.sha256,
-            pin_sha256=pin_sha,
-            baseline_tree=baseline.digest,
-            sealed=[s["path"] for s in sealed],
-            hidden=[h["to"] for h in hidden],
-            lane=lane.lane,
+            InitEvent(
+                task_id=task.task_id,
+                task_sha256=task.sha256,
+                pin_sha256=pin_sha,
+                baseline_tree=baseline.digest,
+                sealed=tuple(s["path"] for s in sealed),
+                hidden=tuple(h["to"] for h in hidden),
+                lane=lane.lane,
+            )
         )
         state.write_record("pin.json", pin)
     return InitResult(

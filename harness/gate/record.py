@@ -38,6 +38,7 @@ from harness.gate.escalation import escalation_state
 from harness.gate.receipts import load_receipt
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated
+from harness.records.journal import RecordEvent
 from harness.records.task_record import RECORD_SCHEMA, TaskRecord, WireMetering
 
 __all__ = ["RECORD_SCHEMA", "RecordResult", "record_seed", "record_task"]
@@ -265,5 +266,5 @@ def record_task(
         log = ChainedLog(gate.state.path("task-record.jsonl"), record_seed(gate))
         written = log.append(row.to_json())
         line = log.status().lines
-        gate.record("record", line=line, row_sha256=sha256_hex(canonical_bytes(written)), cost_status=row.cost_status)
+        gate.record(RecordEvent(line=line, row_sha256=sha256_hex(canonical_bytes(written)), cost_status=row.cost_status))
     return RecordResult(record_path=log.path, line=line, row=row)

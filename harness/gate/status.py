@@ -13,6 +13,7 @@ from harness.evidence.lock import lock_holder
 from harness.gate.escalation import EscalationState, escalation_state
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, gated
+from harness.records.journal import AckEvent
 from harness.workers.sandbox import guarantee_of
 
 __all__ = ["HEARTBEAT_STALE_S", "AckResult", "JournalTail", "StatusResult", "acknowledge", "journal_tail", "status"]
@@ -208,7 +209,7 @@ def acknowledge(workspace: str, dispatch_id: str, state_dir: str | None = None) 
             raise Refusal("dispatch_not_orphaned", f"dispatch {dispatch_id!r} ended normally", gate.state.journal_path)
         if any(e["event"] == "ack" and e["dispatch_id"] == dispatch_id for e in gate.events):
             raise Refusal("already_acknowledged", f"dispatch {dispatch_id!r} was acknowledged before", gate.state.journal_path)
-        gate.record("ack", dispatch_id=dispatch_id)
+        gate.record(AckEvent(dispatch_id))
     return AckResult(dispatch_id)
 
 

@@ -35,6 +35,7 @@ from harness.gate.guards import (
 from harness.gate.seal import check_copies, lay_hidden, restore_sealed
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
+from harness.records.journal import TamperEvent, VerifyEvent
 from harness.records.receipt import Receipt
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
@@ -139,7 +140,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             )
         restored = restore_sealed(gate.workspace, gate.state.root, gate.pin["sealed"], current)
         if restored:
-            gate.record("tamper", paths=restored, action="restored")
+            gate.record(TamperEvent(paths=tuple(restored), action="restored"))
             current = scan_tree(gate.workspace, excludes)
         tampered = _tampered_since_dispatch(gate)
         tree = signature_of(current)
@@ -210,15 +211,16 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         )
         receipt_sha = gate.state.write_record(f"receipts/{receipt_id}.json", receipt.to_json())
         gate.record(
-            "verify",
-            receipt_id=receipt_id,
-            receipt_sha256=receipt_sha,
-            passed=passed,
-            tree=tree.digest,
-            tamper_detected=bool(tampered),
-            dispatch_seq=receipt.dispatch_seq,
-            fingerprint=failure_print,
-            sandbox=wrapped.record["kind"],
+            VerifyEvent(
+                receipt_id=receipt_id,
+                receipt_sha256=receipt_sha,
+                passed=passed,
+                tree=tree.digest,
+                tamper_detected=bool(tampered),
+                dispatch_seq=receipt.dispatch_seq,
+                fingerprint=failure_print,
+                sandbox=wrapped.record["kind"],
+            )
         )
     return VerifyResult(
         receipt=receipt,

@@ -14,6 +14,7 @@ from harness.evidence.clock import Clock
 from harness.evidence.jsonio import canonical_bytes
 from harness.gate.state import StateDir, journal_clock, stamp, workspace_root
 from harness.gate.task import Task, load_task
+from harness.records.journal import JournalEvent, RefusedEvent
 
 __all__ = ["Gate", "check_pin", "gated", "withheld_paths"]
 
@@ -44,9 +45,9 @@ class Gate:
     events: list[dict[str, Any]]
     clock: Clock
 
-    def record(self, event: str, **fields: Any) -> dict[str, Any]:
+    def record(self, event: JournalEvent) -> dict[str, Any]:
         """Append one event to the chained journal, stamped by the never-backwards clock."""
-        written = self.journal.append({"event": event, **fields, **stamp(self.clock)})
+        written = self.journal.append({"event": event.KIND, **event.fields(), **stamp(self.clock)})
         self.events.append(written)
         return written
 
@@ -59,7 +60,7 @@ class Gate:
             # A journal the refusal is about (broken, tampered) may refuse this append too:
             # the first refusal is the one to report.
             with suppress(Refusal):
-                self.record("refused", action=action, refusal=refusal.code, message=refusal.message)
+                self.record(RefusedEvent(action=action, refusal=refusal.code, message=refusal.message))
             raise
 
 
