@@ -15,8 +15,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+import harness.cli.evals as evals
+import harness.cli.gate as gate
+import harness.cli.models as models
+import harness.cli.study as study
 from harness._version import __version__
-from harness.cli import evals, gate, models, study
 from harness.cli.output import Outcome, human, print_json
 from harness.errors import EXIT_INTERNAL, EXIT_REFUSED, EXIT_USAGE, Refusal
 
