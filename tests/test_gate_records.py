@@ -10,6 +10,14 @@ import pytest
 from harness.errors import Refusal
 from harness.evals.verify_humaneval import Extraction, Verdict, verify_receipt
 from harness.evidence.jsonio import canonical_bytes
+from harness.records.journal import (
+    EVENT_TYPES,
+    DispatchEnd,
+    DispatchStart,
+    LaneSwitch,
+    VerifyEvent,
+    event_from_json,
+)
 from harness.records.receipt import ITEM_RECEIPT_SCHEMA, RECEIPT_SCHEMA, ItemReceipt, Receipt
 from harness.records.task_record import RECORD_SCHEMA, TaskRecord
 
@@ -107,15 +115,6 @@ def test_an_item_receipt_is_built_from_the_record_type_and_reads_back() -> None:
 
 # --- journal events (harness.records.journal) ----------------------------------------------------------------
 
-from harness.records.journal import (  # noqa: E402
-    EVENT_TYPES,
-    DispatchEnd,
-    DispatchStart,
-    LaneSwitch,
-    VerifyEvent,
-    event_from_json,
-)
-
 STAMP = {"t": 1.5, "at": "2026-12-01T21:00:00.000000Z", "prev": H}
 LINES: list[dict[str, Any]] = [
     {"event": "init", "task_id": "t", "task_sha256": H, "pin_sha256": H, "baseline_tree": H, "sealed": ["a.py"],
@@ -156,7 +155,7 @@ def test_every_kind_of_journal_event_is_covered() -> None:
 def test_a_journal_line_reads_back_to_the_same_bytes(line: dict[str, Any]) -> None:
     full = {**line, **STAMP}
     event = event_from_json(full)
-    assert event.KIND == line["event"]
+    assert line["event"] == event.KIND
     back = {"event": event.KIND, **event.fields(), **{k: v for k, v in full.items() if k in ("t", "at", "prev", "seed")}}
     assert canonical_bytes(back) == canonical_bytes(full)
 
