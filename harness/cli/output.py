@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.errors import EXIT_FAILED, EXIT_OK
 
 __all__ = ["Outcome", "human", "print_json"]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """A command's payload and its exit code."""
+class Outcome(NamedTuple):
+    """A command's payload and its exit code (immutable; a NamedTuple keeps `proctor --help` fast)."""
 
     payload: dict[str, Any]
     exit_code: int
