@@ -29,6 +29,8 @@ AUTO_MODEL = "auto"
 
 @dataclass(frozen=True)
 class ModelChoice:
+    """The catalog model a `--model` dispatch runs, its catalog, and how it was chosen (journaled)."""
+
     model: CatalogModel
     catalog: Catalog
     record: dict[str, Any]
