@@ -23,9 +23,9 @@ from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.jsonio import canonical_bytes, canonical_line, loads_strict, sha256_hex
 from harness.meter.cost import Cost, meter
 from harness.meter.pricing import Price
-from harness.meter.usage import TokenUsage
 from harness.providers.base import ERROR_CODES, Exchange, GenerationSettings, ParsedResponse
 from harness.providers.registry import adapter_for
+from harness.records.usage import TokenUsage
 from harness.run.attempts import (
     ATTEMPT_ERROR_CODES,
     HARNESS_ERROR_CODES,

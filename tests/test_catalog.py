@@ -14,13 +14,13 @@ from conftest import TaskSetup, run_proctor
 
 from harness.errors import Refusal
 from harness.gate.task import LANES as TASK_LANES
+from harness.meter.priced_catalog import cheapest_in_lane
 from harness.meter.pricing import load_pricing
 from harness.providers.catalog import (
     BUNDLED_CATALOG,
     EXAMPLE_CATALOG,
     LANES,
     catalog_location,
-    cheapest_in_lane,
     load_catalog,
     parse_catalog,
     resolve_model,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import Refusal
-from harness.evidence import chain
+from harness.evidence import chain_read
 from harness.evidence.chain import (
     PROBLEM_KINDS,
     ChainedLog,
@@ -360,7 +360,7 @@ def test_problems_deep_in_a_large_log_across_chunk_sizes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, where: int
 ) -> None:
     """The fast batch path hands a bad chunk to the strict reader, which names the line."""
-    monkeypatch.setattr(chain, "_CHUNK", chunk)
+    monkeypatch.setattr(chain_read, "_CHUNK", chunk)
     path = tmp_path / "log.jsonl"
     objs = [{"i": i, "pad": "é" * (i % 50)} for i in range(1500)]
     raw = write_chain(path, objs)
@@ -725,13 +725,13 @@ def test_an_intact_log_is_checked_by_the_fast_path(
     path = tmp_path / "log.jsonl"
     write_chain(path, [{"i": i} for i in range(2000)])
     slow_lines: list[int] = []
-    real = chain._slow_lines
+    real = chain_read._slow_lines
 
     def spy(scan: Any, block: bytes, start: int) -> None:
         slow_lines.append(block[start:].count(b"\n"))
         real(scan, block, start)
 
-    monkeypatch.setattr(chain, "_slow_lines", spy)
+    monkeypatch.setattr(chain_read, "_slow_lines", spy)
     assert verify_log(path).lines == 2000
     assert sum(slow_lines) == 1
 
@@ -757,6 +757,6 @@ def test_the_fast_path_agrees_with_the_strict_reader(
         data[at : at + 1] = insert
     path.write_bytes(bytes(data))
     fast = verify_log(path)
-    with mock.patch.object(chain, "_fast_block", return_value=None):
+    with mock.patch.object(chain_read, "_fast_block", return_value=None):
         slow = verify_log(path)
     assert fast == slow

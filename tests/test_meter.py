@@ -30,9 +30,10 @@ from harness.meter.pricing import (
     load_pricing,
     parse_pricing,
 )
-from harness.meter.usage import CATEGORIES, TokenUsage, usage_from_response
 from harness.meter.wire import WireLog, meter_wire, read_wire, wire_seed
 from harness.providers.base import Exchange, ParsedResponse, ProviderRequest
+from harness.providers.registry import usage_from_response
+from harness.records.usage import CATEGORIES, TokenUsage
 
 GOOD = b"""\
 models:

@@ -25,11 +25,9 @@ from provider_server import ProviderServer, fixture_bytes, load_fixture
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.meter.usage import API_SHAPES
 from harness.providers.base import ERROR_CODES, Exchange, GenerationSettings, ParsedResponse
 from harness.providers.credentials import REDACTED
-from harness.providers.errors import classify_error
-from harness.providers.registry import ADAPTERS, adapter_for
+from harness.providers.registry import ADAPTERS, API_SHAPES, adapter_for, classify_error
 from harness.providers.transport import Transport
 
 REPO = Path(__file__).resolve().parent.parent

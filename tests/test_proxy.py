@@ -25,8 +25,8 @@ from harness.evidence.chain import ChainedLog, verify_log
 from harness.meter.cost import meter, total_cost
 from harness.meter.pricing import Price, PricingTable, load_pricing
 from harness.meter.proxy import start_proxy
-from harness.meter.usage import usage_from_response
 from harness.meter.wire import meter_wire, read_wire
+from harness.providers.registry import usage_from_response
 
 SECRET = "sk-PLANTED-SECRET-4f1d9c"
 CRED_HEADERS = {

@@ -18,7 +18,7 @@ naming every problem (`problems=[{file, line, rule, message}, ...]`):
     malformed       the oracle could not read the records at all (an intact chain whose
                     last line lost a field or changed a type): named, never a traceback
 
-The frame has exactly the columns of `harness.analysis.tables.ATTEMPT_COLUMNS`, one
+The frame has exactly the columns of `harness.audit.frame.ATTEMPT_COLUMNS`, one
 row per standing final (a cell whose latest final's action is `stand`):
 
     study, stage, system, arm, item, repeat, run_id, lane (the plan's lane, as text)
@@ -41,15 +41,16 @@ from typing import Any
 
 import polars as pl
 
-from harness.analysis.tables import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
+from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
 from harness.audit.oracle import Problem, run_problems
 from harness.errors import Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.meter.usage import CATEGORIES
 from harness.prereg.freeze import FrozenPrereg, check_frozen
-from harness.run.attempts import Plan, read_plan
-from harness.run.records import log_seed, receipt_name
+from harness.records.plan import Plan
+from harness.records.usage import CATEGORIES
+from harness.run.attempts import read_plan
+from harness.run.layout import log_seed, receipt_name
 
 __all__ = ["Report", "build_report", "check_stage"]
 
@@ -69,7 +70,7 @@ def _problem(file: str, line: int | None, rule: str, message: str) -> Problem:
 
 
 def _fresh_plan_bytes(frozen: FrozenPrereg, stage: str) -> bytes:
-    from harness.run.runner import _stage_plan_bytes
+    from harness.run.setup import stage_plan_bytes as _stage_plan_bytes
 
     return _stage_plan_bytes(frozen.path, frozen.design, stage)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.paths import repo_root
 from harness.run.attempts import read_plan
 
 __all__ = ["StageRef", "StudyResults", "find_prereg", "find_stages", "open_study", "stage_folders"]
@@ -124,7 +125,7 @@ def open_study(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | 
         path: RESULTS, RESULTS/<study> or a stage folder.
         prereg: the preregistration folder; default: found by the plans' `frozen_sha256`
             under `root/prereg/`.
-        root: the repository root to search (default: `harness.notebooks.stage.repo_root()`).
+        root: the repository root to search (default: `harness.evidence.paths.repo_root()`).
     """
     stages = find_stages(path)
     studies = sorted({s.study for s in stages})
@@ -137,8 +138,6 @@ def open_study(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | 
         raise Refusal("results_mixed", f"the stages' plans name {len(freezes)} different freezes "
                       f"({', '.join(f[:12] for f in freezes)})", here)
     if prereg is None:
-        from harness.notebooks.stage import repo_root
-
         found = find_prereg(freezes[0], root if root is not None else repo_root())
     else:
         found = os.path.abspath(os.fspath(prereg))

@@ -26,7 +26,7 @@ __all__ = [
 
 
 def catalog(args: argparse.Namespace) -> Outcome:
-    from harness.providers.catalog import describe_catalog
+    from harness.meter.priced_catalog import describe_catalog
 
     return Outcome.of(describe_catalog(args.catalog, args.pricing))
 

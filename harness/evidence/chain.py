@@ -1,46 +1,40 @@
-"""Chained append-only JSONL logs (DESIGN.md, "Chained logs").
+"""Chained append-only JSONL logs: the writer (`ChainedLog`: append and repair) and every public name.
 
-Each line is one JSON object in canonical form (`canonical_bytes`) carrying
-`prev`: the sha256 hex of the previous line's bytes without its newline. The
-first line's `prev` is `seed_hash(seed)` and the first line also carries
-`"seed"`, so a log names its study and itself and can be verified alone.
-
+The format and the readers (`verify_log`, `read_log`) are in
+`harness.evidence.chain_read`; their public names stay importable from here.
 Writers take an exclusive `flock` on the log, append whole lines with
 `O_APPEND`, and fsync after every append (and the folder when they create the
-file). A last line without a newline is a torn tail: readers report it with its
-line number, writers refuse to append after it until `ChainedLog.repair` has
+file). Writers refuse to append after a torn tail until `ChainedLog.repair` has
 moved the torn bytes to a quarantine file and recorded that it did.
-
-Verification is fast on large logs: lines are read in big chunks, hashed with
-hashlib, parsed as one JSON array per chunk, and each line is compared with the
-canonical encoding of the object parsed from it. Any chunk where that fast path
-disagrees is re-checked line by line with the strict reader, which names the
-first bad line and its kind.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
-import gc
-import hashlib
-import json
-import json.encoder
-import operator
 import os
-import re
-import stat
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from itertools import repeat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from harness.errors import Refusal
+from harness.evidence.chain_read import (
+    PROBLEM_KINDS,
+    RESERVED,
+    ChainProblem,
+    ChainStatus,
+    PathArg,
+    check_form,
+    check_link,
+    open_regular,
+    read_log,
+    refuse_problem,
+    scan_fd,
+    seed_hash,
+    verify_log,
+)
 from harness.evidence.fsutil import fsync_dir
-from harness.evidence.jsonio import MAX_DEPTH, canonical_bytes, file_kind, loads_strict, sha256_hex
+from harness.evidence.jsonio import canonical_bytes, sha256_hex
 
 __all__ = [
     "PROBLEM_KINDS",
@@ -52,395 +46,10 @@ __all__ = [
     "verify_log",
 ]
 
-PROBLEM_KINDS: Final = (
-    "torn_tail",
-    "invalid_json",
-    "not_canonical",
-    "missing_prev",
-    "broken_prev",
-    "seed_mismatch",
-    "not_object",
-)
-"""Every `ChainProblem.kind`."""
-
 _CHUNK: Final = 16 * 1024 * 1024
-"""Bytes read per step while verifying (a longer line is read whole)."""
-
+"""Bytes read per step while counting lines."""
 _TAIL_BLOCK: Final = 64 * 1024
 """Bytes read per step while looking backwards for the last line."""
-
-_LOCK_WAIT_S: Final = 30.0
-"""How long a reader waits for a writer's exclusive lock before refusing."""
-
-_RESERVED: Final = ("prev", "seed")
-
-PathArg = str | os.PathLike[str]
-
-
-def seed_hash(seed: str) -> str:
-    """The `prev` of a log's first line: sha256 hex of the UTF-8 seed string."""
-    return sha256_hex(seed.encode("utf-8"))
-
-
-@dataclass(frozen=True)
-class ChainProblem:
-    """The first thing wrong with a log: 1-based line, kind (see PROBLEM_KINDS), message."""
-
-    line: int
-    kind: str
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The problem as a JSON-safe object."""
-        return {"line": self.line, "kind": self.kind, "message": self.message}
-
-
-@dataclass(frozen=True)
-class ChainStatus:
-    """What verifying a log found.
-
-    `lines` counts the intact lines before any problem; `head` is the sha256
-    of the last intact line (the seed hash when there is none, or "" when the
-    log is empty and no seed was given).
-    """
-
-    path: str
-    lines: int
-    head: str
-    seed: str | None
-    problem: ChainProblem | None
-
-    @property
-    def ok(self) -> bool:
-        """True when the whole log is intact."""
-        return self.problem is None
-
-    def to_json(self) -> dict[str, Any]:
-        """The status as a JSON-safe object."""
-        return {
-            "path": self.path,
-            "ok": self.ok,
-            "lines": self.lines,
-            "head": self.head,
-            "seed": self.seed,
-            "problem": None if self.problem is None else self.problem.to_json(),
-        }
-
-
-# --------------------------------------------------------------------------
-# Canonical encoding of a parsed line
-
-
-def _make_encode() -> Callable[[Any], str]:
-    """The canonical JSON text of an object, as `canonical_bytes` writes it (as str).
-
-    The C encoder is built once when available (the standard library builds
-    it again on every call); a self-check guards against a changed signature.
-    """
-    enc = json.JSONEncoder(
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    slow: Callable[[Any], str] = enc.encode
-    maker: Any = getattr(json.encoder, "c_make_encoder", None)
-    if maker is None:
-        return slow
-    try:
-        c_encode = maker(
-            None, enc.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
-        )
-    except Exception:  # a changed private signature: use the public encoder
-        return slow
-
-    def fast(obj: Any) -> str:
-        return "".join(c_encode(obj, 0))
-
-    sample = {"b": [1, 2.5, None, True, 'é\u2028"\\\n', "\ud800"], "a": {"z": -0.0, "y": 10**30}}
-    try:
-        if fast(sample) != slow(sample):
-            return slow
-    except Exception:
-        return slow
-    try:
-        fast({"x": float("nan")})
-    except ValueError:  # allow_nan=False is honoured, as canonical_bytes requires
-        return fast
-    except Exception:
-        return slow
-    return slow
-
-
-_encode: Final = _make_encode()
-
-
-# --------------------------------------------------------------------------
-# Checking one line
-
-
-@dataclass
-class _Line:
-    """One line checked on its own: the object, or the problem with it."""
-
-    obj: dict[str, Any] | None
-    kind: str = ""
-    message: str = ""
-
-
-def _check_form(raw: bytes) -> _Line:
-    """Check that `raw` (one line without its newline) is a canonical JSON object."""
-    try:
-        value = loads_strict(raw, expect_object=False)
-    except Refusal as exc:
-        return _Line(None, "invalid_json", exc.message)
-    if not isinstance(value, dict):
-        return _Line(None, "not_object", f"a JSON {type(value).__name__}, not an object")
-    try:
-        canonical = _encode(value)
-    except ValueError as exc:
-        return _Line(None, "not_canonical", f"cannot be written canonically: {exc}")
-    if canonical != raw.decode("utf-8"):
-        return _Line(
-            None,
-            "not_canonical",
-            "not in canonical form (sorted keys, compact separators, minimal escapes)",
-        )
-    return _Line(value)
-
-
-def _check_link(obj: dict[str, Any], lineno: int, head: str | None, want_seed: str | None) -> _Line:
-    """Check `seed` and `prev` of a well-formed line; `head` is None for the first line."""
-    if head is None:
-        seed = obj.get("seed")
-        if not isinstance(seed, str):
-            return _Line(None, "seed_mismatch", "the first line carries no seed string")
-        if want_seed is not None and seed != want_seed:
-            return _Line(None, "seed_mismatch", f"seed is {seed!r}, expected {want_seed!r}")
-        expected = seed_hash(seed)
-    else:
-        if "seed" in obj:
-            return _Line(
-                None, "seed_mismatch", f"line {lineno} carries a seed; only the first line may"
-            )
-        expected = head
-    if "prev" not in obj:
-        return _Line(None, "missing_prev", "no prev field")
-    prev = obj["prev"]
-    if prev != expected:
-        what = "the seed hash" if head is None else "the previous line's sha256"
-        return _Line(None, "broken_prev", f"prev is {str(prev)[:80]!r}, expected {what} {expected}")
-    return _Line(obj)
-
-
-# --------------------------------------------------------------------------
-# Scanning a whole log
-
-
-@dataclass
-class _Scan:
-    path: str
-    seed: str | None
-    lines: int = 0
-    head: str | None = None  # None until the first intact line
-    intact_bytes: int = 0
-    problem: ChainProblem | None = None
-    records: list[dict[str, Any]] | None = field(default=None)
-
-    def status(self) -> ChainStatus:
-        if self.head is not None:
-            head = self.head
-        elif self.seed is not None:
-            head = seed_hash(self.seed)
-        else:
-            head = ""
-        return ChainStatus(self.path, self.lines, head, self.seed, self.problem)
-
-
-_get_prev: Final = operator.itemgetter("prev")
-_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"{[\n")
-_TOO_MANY_BRACKETS: Final = re.compile(rb"[^\n]{%d}" % (MAX_DEPTH + 1))
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many acyclic dicts (it rescans them all otherwise)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _fast_block(
-    block: bytes, head: str, keep: list[dict[str, Any]] | None
-) -> tuple[int, str] | None:
-    """Verify a block of whole lines after the first; None when anything looks off.
-
-    Correct by construction: every line must equal the canonical encoding of
-    the object parsed from it, so a batch parse cannot hide a bad line.
-    """
-    braw = block.split(b"\n")
-    braw.pop()  # the block ends with a newline
-    try:
-        text = block.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    slines = text.split("\n")
-    slines.pop()
-    if len(slines) != len(braw):  # cannot happen for valid UTF-8; cheap to guard
-        return None
-    if _TOO_MANY_BRACKETS.search(block.translate(None, _NOT_BRACKETS)):
-        return None  # a line may nest deeper than MAX_DEPTH: let the strict reader decide
-    try:
-        objs = json.loads("[" + ",".join(slines) + "]")
-    except (ValueError, RecursionError):
-        return None
-    if len(objs) != len(slines) or set(map(type, objs)) != {dict}:
-        return None
-    try:
-        if list(map(_encode, objs)) != slines:
-            return None
-        prevs = list(map(_get_prev, objs))
-    except (ValueError, KeyError):
-        return None
-    sha = hashlib.sha256
-    hashes = [sha(b).hexdigest() for b in braw]
-    if prevs[0] != head or prevs[1:] != hashes[:-1]:
-        return None
-    if any(map(operator.contains, objs, repeat("seed"))):
-        return None
-    if keep is not None:
-        keep.extend(objs)
-    return len(slines), hashes[-1]
-
-
-def _slow_lines(scan: _Scan, block: bytes, start: int) -> None:
-    """Check whole lines one by one from `start`; stop at the first problem."""
-    pos = start
-    end = len(block)
-    while pos < end:
-        nl = block.index(b"\n", pos)
-        raw = block[pos:nl]
-        lineno = scan.lines + 1
-        checked = _check_form(raw)
-        if checked.obj is not None:
-            checked = _check_link(checked.obj, lineno, scan.head, scan.seed)
-        if checked.obj is None:
-            scan.problem = ChainProblem(lineno, checked.kind, f"line {lineno}: {checked.message}")
-            return
-        if scan.head is None:
-            seed = checked.obj["seed"]
-            scan.seed = seed if isinstance(seed, str) else None
-        scan.lines = lineno
-        scan.head = sha256_hex(raw)
-        scan.intact_bytes += nl + 1 - pos
-        if scan.records is not None:
-            scan.records.append(checked.obj)
-        pos = nl + 1
-
-
-def _scan_block(scan: _Scan, block: bytes) -> None:
-    """Check a block of whole lines (ending with a newline) continuing `scan`."""
-    start = 0
-    if scan.head is None:  # the first line carries the seed: check it on its own
-        start = block.index(b"\n") + 1
-        _slow_lines(scan, block[:start], 0)
-        if scan.problem is not None or start == len(block):
-            return
-    assert scan.head is not None
-    fast = _fast_block(block[start:] if start else block, scan.head, scan.records)
-    if fast is None:
-        _slow_lines(scan, block, start)
-        return
-    count, head = fast
-    scan.lines += count
-    scan.head = head
-    scan.intact_bytes += len(block) - start
-
-
-def _scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
-    """Verify the log open on `fd` from byte 0 to its end."""
-    scan = _Scan(path=path, seed=seed, records=[] if keep else None)
-    offset = 0
-    carry = b""
-    with _gc_paused():
-        while scan.problem is None:
-            data = os.pread(fd, _CHUNK, offset)
-            if not data:
-                break
-            offset += len(data)
-            if carry:
-                data = carry + data
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                carry = data
-                continue
-            carry = data[cut:]
-            _scan_block(scan, data[:cut] if cut < len(data) else data)
-    if scan.problem is None and carry:
-        lineno = scan.lines + 1
-        scan.problem = ChainProblem(
-            lineno,
-            "torn_tail",
-            f"line {lineno} has no newline: a torn tail of {len(carry)} bytes "
-            "(repair moves it to a quarantine file)",
-        )
-    return scan
-
-
-# --------------------------------------------------------------------------
-# Opening files
-
-
-def _open_regular(path: str, flags: int) -> int:
-    """Open an existing regular file without blocking; refuse anything else by name."""
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise Refusal(
-                "dangling_link", f"link points to nothing: {os.readlink(path)!r}", path
-            ) from None
-        raise Refusal("file_missing", "no such file", path) from None
-    except IsADirectoryError:
-        raise Refusal("not_a_regular_file", "a folder, not a file", path) from None
-    except PermissionError:
-        raise Refusal("file_unreadable", "permission denied", path) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise Refusal("link_loop", "too many levels of links", path) from None
-        if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing without a reader
-            raise Refusal(
-                "not_a_regular_file", "a socket or unopenable special file", path
-            ) from None
-        raise Refusal("file_unreadable", exc.strerror or str(exc), path) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Refusal("not_a_regular_file", f"a {file_kind(st.st_mode)}, not a regular file", path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _lock_shared(fd: int, path: str) -> None:
-    """Wait (bounded) for any writer to finish so a reader sees whole appends."""
-    deadline = time.monotonic() + _LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise Refusal(
-                    "log_locked", f"a writer held the log for over {_LOCK_WAIT_S:.0f} s", path
-                ) from None
-            time.sleep(0.01)
-        except OSError as exc:
-            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                return  # a file system without flock: read without it
-            raise
 
 
 def _write_all(fd: int, data: bytes, path: str) -> None:
@@ -491,50 +100,6 @@ def _count_newlines(fd: int, size: int) -> int:
 
 
 # --------------------------------------------------------------------------
-# Public readers
-
-
-def _resolve_seed(seed: str | None) -> str | None:
-    if seed is not None and not isinstance(seed, str):
-        raise Refusal("log_seed_invalid", "a seed must be a string")
-    return seed
-
-
-def _scan_path(path: PathArg, seed: str | None, keep: bool) -> _Scan:
-    p = os.fspath(path)
-    fd = _open_regular(p, os.O_RDONLY)
-    try:
-        _lock_shared(fd, p)
-        return _scan_fd(fd, p, _resolve_seed(seed), keep)
-    finally:
-        os.close(fd)
-
-
-def verify_log(path: PathArg, seed: str | None = None) -> ChainStatus:
-    """Verify a chained log; with `seed`, also require the log to carry that seed.
-
-    A missing file, a dangling link or a non-regular file (FIFO, device,
-    folder, socket) is a `Refusal`; problems inside the log are reported in
-    the returned status, never raised.
-    """
-    return _scan_path(path, seed, keep=False).status()
-
-
-def _refuse_problem(path: str, problem: ChainProblem) -> Refusal:
-    code = "log_torn_tail" if problem.kind == "torn_tail" else "log_broken"
-    return Refusal(code, problem.message, path, line=problem.line, kind=problem.kind)
-
-
-def read_log(path: PathArg, seed: str | None = None) -> list[dict[str, Any]]:
-    """All records of a fully intact log; `Refusal` (log_broken/log_torn_tail) naming the first bad line."""
-    scan = _scan_path(path, seed, keep=True)
-    if scan.problem is not None:
-        raise _refuse_problem(scan.path, scan.problem)
-    assert scan.records is not None
-    return scan.records
-
-
-# --------------------------------------------------------------------------
 # The writer
 
 
@@ -574,7 +139,7 @@ class ChainedLog:
         flags = os.O_RDWR | (os.O_APPEND if append else 0)
         while True:
             try:
-                return _open_regular(self.path, flags), False
+                return open_regular(self.path, flags), False
             except Refusal as exc:
                 if exc.code != "file_missing" or not append:
                     raise
@@ -625,7 +190,7 @@ class ChainedLog:
             )
         start = self._last_line_start(fd, size)
         last = _pread_exact(fd, size - 1 - start, start, self.path)
-        checked = _check_form(last)
+        checked = check_form(last)
         if checked.obj is None:
             raise self._refuse_line(
                 fd, size, "log_broken", 1 if start == 0 else None, checked.kind, checked.message
@@ -667,9 +232,9 @@ class ChainedLog:
                 parts.append(data)
                 offset += len(data)
             first = b"".join(parts)
-        checked = _check_form(first)
+        checked = check_form(first)
         if checked.obj is not None:
-            checked = _check_link(checked.obj, 1, None, None)
+            checked = check_link(checked.obj, 1, None, None)
         if checked.obj is None:
             raise Refusal(
                 "log_broken", f"line 1: {checked.message}", self.path, line=1, kind=checked.kind
@@ -692,7 +257,7 @@ class ChainedLog:
                 f"a record must be a mapping, not {type(record).__name__}",
                 self.path,
             )
-        for key in _RESERVED:
+        for key in RESERVED:
             if key in record:
                 raise Refusal(
                     "log_record_reserved",
@@ -719,7 +284,7 @@ class ChainedLog:
             ) from None
         except (TypeError, ValueError) as exc:
             raise Refusal("log_record_invalid", f"not writable as JSON: {exc}", self.path) from None
-        checked = _check_form(raw)
+        checked = check_form(raw)
         if checked.obj is None:
             raise Refusal(
                 "log_record_invalid", f"would not read back intact: {checked.message}", self.path
@@ -811,7 +376,7 @@ class ChainedLog:
             fd, _ = self._open_for_write(append=False)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                scan = _scan_fd(fd, self.path, self.seed, keep=False)
+                scan = scan_fd(fd, self.path, self.seed, keep=False)
                 status = scan.status()
                 problem = scan.problem
                 if problem is None:
@@ -822,7 +387,7 @@ class ChainedLog:
                         "head": status.head,
                     }
                 if problem.kind != "torn_tail":
-                    raise _refuse_problem(self.path, problem)
+                    raise refuse_problem(self.path, problem)
                 size = os.fstat(fd).st_size
                 torn = _pread_exact(fd, size - scan.intact_bytes, scan.intact_bytes, self.path)
                 quarantine = self._quarantine(torn)

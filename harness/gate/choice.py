@@ -12,13 +12,7 @@ from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.gate.escalation import LATERAL, EscalationState
 from harness.gate.evidence import evidence_packet, render_evidence
 from harness.gate.workspace import Gate
-from harness.providers.catalog import (
-    Catalog,
-    CatalogModel,
-    cheapest_in_lane,
-    load_catalog,
-    resolve_model,
-)
+from harness.providers.catalog import Catalog, CatalogModel, load_catalog, resolve_model
 from harness.records.journal import LaneSwitch, ProviderSwitch
 
 __all__ = ["AUTO_MODEL", "ModelChoice", "choose_model", "lane_switch", "next_lane", "provider_switch"]
@@ -46,6 +40,7 @@ def choose_model(
         if named.worker is None:
             raise Refusal("model_has_no_worker", f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
         return ModelChoice(named, catalog, {"mode": "explicit", "model_lane": named.lane})
+    from harness.meter.priced_catalog import cheapest_in_lane
     from harness.meter.pricing import load_pricing
 
     pricing = load_pricing(pricing_path)

@@ -19,11 +19,12 @@ from typing import Any, Final
 from harness.errors import Refusal
 from harness.evidence.money import sum_costs
 from harness.meter.pricing import Price
-from harness.meter.usage import CATEGORIES, TokenUsage
+from harness.records.attempt import COST_STATUSES as _COST_STATUSES
+from harness.records.usage import CATEGORIES, TokenUsage
 
 __all__ = ["COST_STATUSES", "Cost", "meter", "total_cost"]
 
-COST_STATUSES: Final = ("metered", "usage_unknown", "price_unknown")
+COST_STATUSES: Final = _COST_STATUSES  # declared with the attempt record (harness.records.attempt)
 
 
 @dataclass(frozen=True)

@@ -2,28 +2,13 @@
 
 An agent CLI pointed at the proxy talks to its provider as before, and the
 proxy writes one wire record per exchange (`harness.meter.wire`), so the
-agent's cost is metered from the wire rather than from its own report.
+agent's cost is metered from the wire rather than from its own report. How
+one exchange is forwarded and recorded is `harness.meter.relay`; this module
+starts, runs and stops the proxy.
 
-Routing: a request for `<path>` is sent to `<upstream origin><path>`: the path
-is forwarded verbatim. A client's base URL is therefore the proxy origin plus
-the upstream's path prefix; `ProxyHandle.url` is exactly that (upstream
-`https://api.openai.com/v1` -> client base URL `http://127.0.0.1:P/v1`).
-
-What is forwarded: the method, the body byte for byte, and every header
-except hop-by-hop headers, Host and Content-Length (recomputed), with
-`Accept-Encoding: identity` so the recorded body is readable. Credentials
-(Authorization, x-api-key, x-goog-api-key, api-key) are forwarded, never
-recorded: a wire record holds no headers, a `?key=` in the URL is redacted, and
-a credential value an upstream echoes (in an error body, a request id) is
-replaced by REDACTED in the record, which then says `redacted: true`.
-What comes back: the upstream's status, reason, headers (minus hop-by-hop,
-with a correct Content-Length) and body unchanged. A non-streamed response is
-recorded *before* it is delivered; if recording fails the client gets a 502
-(`wire_record_failed`) instead, so no unrecorded answer reaches it. A streamed
-response (`"stream": true`, `:streamGenerateContent`, or `text/event-stream`)
-is relayed chunk by chunk as it arrives and recorded when it ends. An
-unreachable upstream is a 502 (a timeout a 504) with an OpenAI-shaped error
-body, recorded with `status: null` and `error_code` transport (timeout).
+A client's base URL is the proxy origin plus the upstream's path prefix;
+`ProxyHandle.url` is exactly that (upstream `https://api.openai.com/v1` ->
+client base URL `http://127.0.0.1:P/v1`).
 
 The proxy keeps in memory what it wrote: the lines it appended, the sha256
 of its last line, and how many of its appends found a line it did not write
@@ -36,9 +21,9 @@ or follows redirects. With `unix_socket` it also listens on that Unix socket
 (mode 0600, in a folder the caller keeps private), with the same wire log and
 the same tally: a sandboxed worker, which has no network at all, reaches the
 proxy only through that socket bound into its sandbox
-(`harness.workers.sandbox`); the host in its URL is ignored. It changes no request: an OpenAI chat stream reports its
-usage only when the client asked for it (`stream_options.include_usage`), and
-meters as unknown otherwise.
+(`harness.workers.sandbox`); the host in its URL is ignored. It changes no
+request: a stream whose shape reports usage only on request (an OpenAI chat
+stream without `stream_options.include_usage`) meters as unknown.
 """
 
 from __future__ import annotations
@@ -49,347 +34,26 @@ import json
 import os
 import signal
 import socket
-import socketserver
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from harness.errors import Refusal
 from harness.evidence.chain import seed_hash, verify_log
-from harness.evidence.clock import Clock
 from harness.evidence.fsutil import atomic_write
-from harness.meter.exchange import (
-    SECRET_QUERY_KEYS,
-    api_shape_for_path,
-    model_from_request,
-    redact_url,
-    request_streams,
-)
+from harness.meter.exchange import redact_url
+from harness.meter.relay import ProxyServer, UnixProxyServer
 from harness.meter.wire import WireLog, wire_seed
 
 __all__ = ["ProxyHandle", "serve_proxy", "start_proxy"]
 
-HOP_BY_HOP: Final = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
-})
-CREDENTIAL_HEADERS: Final = frozenset({
-    "authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization", "cookie",
-})
-"""Headers whose values are credentials: forwarded (except proxy ones), never recorded, and
-scrubbed from any recorded bytes that echo them."""
-MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 _DEFAULT_TIMEOUT_S: Final = 600.0
 _CLOSE_WAIT_S: Final = 30.0
-
-
-def _error_body(message: str, code: str) -> bytes:
-    """An OpenAI-shaped error body, which every OpenAI-compatible client can read."""
-    return json.dumps({"error": {"message": message, "type": "proxy_error", "code": code}}).encode("utf-8")
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-
-    def __init__(
-        self, address: tuple[str, int], upstream: str, wire: WireLog, client: httpx.Client, base_head: str
-    ) -> None:
-        self.upstream_origin = upstream
-        self.base_head = base_head
-        """The head the proxy's first line must chain onto: the log's head at start (the seed's hash if new)."""
-        self.wire = wire
-        self.client = client
-        self.clock = Clock()
-        self.cond = threading.Condition()
-        self.inflight = 0
-        self.closing = False
-        self.exchanges = 0
-        self.failures = 0
-        self.write_lock = threading.Lock()
-        self.wire_lines = 0
-        self.wire_head: str | None = None
-        self.wire_interleaved = 0
-        self.conns: set[socket.socket] = set()
-        super().__init__(address, _Handler)
-
-    @contextlib.contextmanager
-    def busy(self) -> Iterator[bool]:
-        """Count an exchange in flight; yields False when the proxy is closing."""
-        with self.cond:
-            if self.closing:
-                yield False
-                return
-            self.inflight += 1
-        try:
-            yield True
-        finally:
-            with self.cond:
-                self.inflight -= 1
-                self.cond.notify_all()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """One line on stderr instead of socketserver's traceback."""
-        exc = sys.exc_info()[1]
-        sys.stderr.write(f"proctor wire proxy: a connection failed: {type(exc).__name__}\n")
-
-    def record(self, **kwargs: Any) -> bool:
-        """Append one wire record; on failure count it and say so on stderr (never a secret).
-
-        What the proxy wrote is kept in memory (`wire_lines`, `wire_head`), and
-        an append that did not chain onto the proxy's own previous line (for the
-        first, onto the log's head when the proxy started) counts in
-        `wire_interleaved`: someone else wrote to the log in between. The log's
-        folder may be writable by the client (a dispatched worker), so the file
-        alone cannot say what the proxy recorded.
-        """
-        with self.write_lock:  # appends are serialized by the log anyway; this pairs each with its head
-            try:
-                written = self.wire.append_raw(via="proxy", **kwargs)
-            except (Refusal, OSError) as exc:
-                with self.cond:
-                    self.failures += 1
-                sys.stderr.write(f"proctor wire proxy: could not record an exchange: {exc}\n")
-                return False
-            expected_prev = self.wire_head if self.wire_head is not None else self.base_head
-            with self.cond:
-                if written.get("prev") != expected_prev:
-                    self.wire_interleaved += 1
-                self.wire_lines = self.wire.appended
-                self.wire_head = self.wire.appended_head
-                self.exchanges += 1
-        return True
-
-
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """The same proxy on a Unix socket: every exchange is handled, recorded and counted by `core`."""
-
-    daemon_threads = True
-    request_queue_size = 256
-
-    def __init__(self, path: str, core: _Server) -> None:
-        self.core = core
-        super().__init__(path, _Handler)
-
-    def __getattr__(self, name: str) -> Any:  # upstream, wire, client, clock, busy, record, conns, ...
-        return getattr(self.core, name)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        self.core.handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the wire log is the record."""
-
-    def setup(self) -> None:
-        super().setup()
-        with self.server.cond:
-            self.server.conns.add(self.connection)
-
-    def finish(self) -> None:
-        with self.server.cond:
-            self.server.conns.discard(self.connection)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    # ---- the request
-
-    def _local_error(self, status: int, message: str, code: str) -> None:
-        body = _error_body(message, code)
-        with contextlib.suppress(OSError):  # the client may have gone already
-            self.send_response_only(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-
-    def _read_body(self) -> bytes | None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            parts: list[bytes] = []
-            total = 0
-            while True:
-                size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(parts)
-                total += size
-                if total > MAX_REQUEST_BYTES:
-                    return None
-                parts.append(self.rfile.read(size))
-                self.rfile.readline(8)
-        length = int(self.headers.get("Content-Length") or 0)
-        if length < 0 or length > MAX_REQUEST_BYTES:
-            return None
-        return self.rfile.read(length) if length else b""
-
-    def _upstream_headers(self) -> list[tuple[str, str]]:
-        listed = {t.strip().lower() for t in self.headers.get("Connection", "").split(",")}
-        drop = HOP_BY_HOP | listed | {"host", "content-length", "accept-encoding", "expect"}
-        out = [(k, v) for k, v in self.headers.items() if k.lower() not in drop]
-        out.append(("Accept-Encoding", "identity"))
-        return out
-
-    def _secrets(self) -> list[str]:
-        """The credential values this request carries (headers and `?key=`-style query values)."""
-        found: list[str] = []
-        for key, value in self.headers.items():
-            if key.lower() in CREDENTIAL_HEADERS:
-                found.append(value.strip())
-                found.extend(part for part in value.split() if len(part) >= 8)
-        query = urlsplit(self.path).query
-        found.extend(v for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() in SECRET_QUERY_KEYS)
-        return found
-
-    def _forward(self) -> None:
-        with self.server.busy() as open_:
-            if not open_:
-                self.close_connection = True
-                self._local_error(503, "the metering proxy is shutting down", "proxy_closing")
-                return
-            if not self.path.startswith("/"):
-                self.close_connection = True
-                self._local_error(400, "only origin-form request paths are proxied", "proxy_bad_path")
-                return
-            try:
-                body = self._read_body()
-            except ValueError:
-                body = None
-            if body is None:
-                self.close_connection = True
-                self._local_error(413, f"request body over {MAX_REQUEST_BYTES} bytes or malformed", "proxy_bad_body")
-                return
-            self._exchange(body)
-
-    def _exchange(self, body: bytes) -> None:
-        srv = self.server
-        method, path = self.command, self.path
-        url = srv.upstream_origin + path
-        shape = api_shape_for_path(method, path)
-        model = model_from_request(path, body)
-        asked_stream = request_streams(shape, url, body)
-        meta: dict[str, Any] = {
-            "api_shape": shape, "model": model, "url": url, "request_body": body, "method": method,
-            "secrets": self._secrets(),
-        }
-        started, t0 = srv.clock.now(), time.monotonic()
-        try:
-            request = srv.client.build_request(method, url, headers=self._upstream_headers(), content=body)
-            response = srv.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            timeout = isinstance(exc, httpx.TimeoutException)
-            ended, latency = srv.clock.now(), time.monotonic() - t0
-            srv.record(**meta, status=None, response_raw=b"", started=started, ended=ended, latency_s=latency,
-                       stream=asked_stream, error_code="timeout" if timeout else "transport")
-            message = f"upstream {redact_url(url)} {'timed out' if timeout else 'unreachable'}: {type(exc).__name__}"
-            self._local_error(504 if timeout else 502, message, "upstream_timeout" if timeout else "upstream_unreachable")
-            return
-        try:
-            ctype = response.headers.get("content-type", "").lower()
-            no_body = method == "HEAD" or response.status_code in (204, 304) or response.status_code < 200
-            if not no_body and (asked_stream or ctype.startswith("text/event-stream")):
-                self._relay_stream(response, meta, started, t0)
-            else:
-                self._relay_whole(response, meta, started, t0, no_body, asked_stream)
-        finally:
-            response.close()
-
-    def _send_head(self, response: httpx.Response, *, length: int | None, chunked: bool, keep_length: bool) -> None:
-        self.send_response_only(response.status_code, response.reason_phrase or None)
-        listed = {t.strip().lower() for t in response.headers.get("connection", "").split(",")}
-        for raw_key, raw_value in response.headers.raw:
-            key = raw_key.decode("latin-1")
-            low = key.lower()
-            if low in HOP_BY_HOP or low in listed or (low == "content-length" and not keep_length):
-                continue
-            self.send_header(key, raw_value.decode("latin-1"))
-        if length is not None:
-            self.send_header("Content-Length", str(length))
-        if chunked:
-            self.send_header("Transfer-Encoding", "chunked")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-
-    def _relay_whole(
-        self, response: httpx.Response, meta: dict[str, Any], started: float, t0: float, no_body: bool, stream: bool
-    ) -> None:
-        srv = self.server
-        error: str | None = None
-        parts: list[bytes] = []
-        try:
-            if not no_body:
-                parts.extend(response.iter_raw())
-        except httpx.HTTPError as exc:
-            error = "timeout" if isinstance(exc, httpx.TimeoutException) else "transport"
-        raw = b"".join(parts)
-        ended, latency = srv.clock.now(), time.monotonic() - t0
-        recorded = srv.record(**meta, status=response.status_code, response_raw=raw, started=started, ended=ended,
-                              latency_s=latency, stream=stream, response_headers=dict(response.headers),
-                              error_code=error)
-        if error is not None:
-            self.close_connection = True
-            self._local_error(502, "the upstream response broke off", "upstream_broken")
-            return
-        if not recorded:
-            self._local_error(502, "the metering proxy could not record this exchange", "wire_record_failed")
-            return
-        with contextlib.suppress(OSError):  # the client may have gone; the exchange is recorded
-            if no_body:
-                self._send_head(response, length=None, chunked=False, keep_length=self.command == "HEAD")
-                return
-            self._send_head(response, length=len(raw), chunked=False, keep_length=False)
-            self.wfile.write(raw)
-
-    def _relay_stream(self, response: httpx.Response, meta: dict[str, Any], started: float, t0: float) -> None:
-        srv = self.server
-        chunked = self.request_version == "HTTP/1.1"
-        if not chunked:
-            self.close_connection = True  # HTTP/1.0: the end of the body is the end of the connection
-        parts: list[bytes] = []
-        error: str | None = None
-        client_ok = True
-        try:
-            self._send_head(response, length=None, chunked=chunked, keep_length=False)
-        except OSError:
-            client_ok, error = False, "transport"
-        try:
-            for chunk in response.iter_raw():
-                if not chunk:
-                    continue
-                parts.append(chunk)
-                if not client_ok:
-                    break  # the client went away: stop reading (the provider may still bill)
-                try:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
-                except OSError:
-                    client_ok, error = False, "transport"
-                    break
-        except httpx.HTTPError as exc:
-            error = "timeout" if isinstance(exc, httpx.TimeoutException) else "transport"
-        if client_ok and error is None and chunked:
-            with contextlib.suppress(OSError):
-                self.wfile.write(b"0\r\n\r\n")
-        if error is not None:
-            self.close_connection = True
-        ended, latency = srv.clock.now(), time.monotonic() - t0
-        srv.record(**meta, status=response.status_code, response_raw=b"".join(parts), started=started, ended=ended,
-                   latency_s=latency, stream=True, response_headers=dict(response.headers), error_code=error)
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward
 
 
 @dataclass
@@ -402,12 +66,12 @@ class ProxyHandle:
     upstream: str
     out: str
     name: str
-    _server: _Server = field(repr=False)
+    _server: ProxyServer = field(repr=False)
     _thread: threading.Thread = field(repr=False)
     _closed: bool = field(default=False, repr=False)
     socket: str | None = None
     """The Unix socket the proxy also listens on (None: loopback TCP only)."""
-    _unix: _UnixServer | None = field(default=None, repr=False)
+    _unix: UnixProxyServer | None = field(default=None, repr=False)
     _unix_thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -542,17 +206,17 @@ def start_proxy(
     for default in ("user-agent", "accept"):  # send only what the client sent
         del client.headers[default]
     try:
-        server = _Server((host, port), origin, WireLog(out_path, name), client, base_head)
+        server = ProxyServer((host, port), origin, WireLog(out_path, name), client, base_head)
     except OSError as exc:
         client.close()
         raise Refusal("proxy_port_unavailable", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = int(server.server_address[1])
     shown = f"[{host}]" if ":" in host else host
     proxy_origin = f"http://{shown}:{bound}"
-    unix: _UnixServer | None = None
+    unix: UnixProxyServer | None = None
     if unix_socket is not None:
         try:
-            unix = _UnixServer(unix_socket, server)
+            unix = UnixProxyServer(unix_socket, server)
             os.chmod(unix_socket, 0o600)
         except OSError as exc:
             server.server_close()

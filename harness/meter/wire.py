@@ -3,7 +3,7 @@
 A wire log is a `ChainedLog` with seed `proctor-wire:<name>`. Each line
 (`kind: "wire-exchange.v1"`) holds::
 
-    api_shape        openai_chat | openai_responses | anthropic_messages | gemini_generate | unknown
+    api_shape        a registered API shape (harness.providers.registry), or unknown
     model            the model the request named (body `model` or Gemini path), or null
     method, url      the HTTP method and the URL, credentials in its query redacted
     request_body     the exact request bytes: UTF-8 text, or {"base64": ...} when not UTF-8
@@ -15,7 +15,7 @@ A wire log is a `ChainedLog` with seed `proctor-wire:<name>`. Each line
     stream           whether the exchange was a streamed response
     started, ended   epoch seconds (a clock that never goes back); latency_s
     request_id, model_snapshot, finish_reason   what the response says about itself
-    usage            tokens by category (see harness.meter.usage) or null; usage_unknown
+    usage            tokens by category (see harness.records.usage) or null; usage_unknown
     error_code       a stable error code (harness.providers.base.ERROR_CODES) or null
     via              "direct" (an adapter call) or "proxy" (the metering proxy)
     redacted         true when a credential the client sent was found in the recorded
@@ -31,8 +31,8 @@ Metering (`meter_wire`): a request the provider refused (a non-2xx status)
 whose body reports no usage is counted in `errors_unbilled`, not as unknown:
 providers do not bill refused requests. A request with no response at all
 (`status: null`, e.g. a timeout) may have been billed and meters as unknown.
-GET/HEAD/OPTIONS requests and token-counting endpoints are not metered
-(`not_metered`); any other POST to an unknown path meters as usage unknown.
+GET/HEAD/OPTIONS requests and token-counting endpoints (each adapter's
+`FREE_PATH_SUFFIXES`) are not metered (`not_metered`); any other POST to an unknown path meters as usage unknown.
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ from harness.meter.exchange import (
     request_streams,
 )
 from harness.meter.pricing import PricingTable
-from harness.meter.usage import API_SHAPES, CATEGORIES, TokenUsage
 from harness.providers.base import ERROR_CODES, Exchange
+from harness.providers.registry import find_adapter, free_path
+from harness.records.usage import CATEGORIES, TokenUsage
 
 __all__ = [
     "SEED_PREFIX",
@@ -74,7 +75,6 @@ __all__ = [
 SEED_PREFIX: Final = "proctor-wire:"
 WIRE_KIND: Final = "wire-exchange.v1"
 VIAS: Final = ("direct", "proxy")
-_FREE_SUFFIXES: Final = ("/count_tokens", ":countTokens")
 _FIELDS: Final = frozenset({
     "kind", "api_shape", "model", "method", "url", "request_body", "request_sha256", "status",
     "response_raw", "response_sha256", "content_encoding", "stream", "started", "ended", "latency_s",
@@ -159,7 +159,7 @@ def _record(
         raise Refusal("wire_record_invalid", f"unknown error_code {error_code!r}")
     return {
         "kind": WIRE_KIND,
-        "api_shape": api_shape if api_shape in API_SHAPES else "unknown",
+        "api_shape": api_shape if find_adapter(api_shape) is not None else "unknown",
         "model": model,
         "method": method.upper(),
         "url": redact_url(url),
@@ -258,7 +258,7 @@ class WireLog:
         derived = describe_response(api_shape, response_raw, stream=stream, content_encoding=coding)
         if error_code is None:
             error_code = error_code_for_status(status)
-        if error_code is None and api_shape in API_SHAPES and status is not None and not derived.json_ok:
+        if error_code is None and find_adapter(api_shape) is not None and status is not None and not derived.json_ok:
             error_code = "malformed_response"
         request_id = _header(response_headers, "x-request-id", "request-id") or derived.request_id
         if request_id is not None:
@@ -309,7 +309,7 @@ def _parse_record(doc: dict[str, Any], line: int) -> WireRecord:
     if doc["kind"] != WIRE_KIND:
         raise ValueError(f"kind must be {WIRE_KIND!r}")
     shape = doc["api_shape"]
-    if shape not in (*API_SHAPES, "unknown"):
+    if shape != "unknown" and find_adapter(shape) is None:
         raise ValueError(f"unknown api_shape {shape!r}")
     if doc["via"] not in VIAS:
         raise ValueError(f"via must be one of {VIAS}")
@@ -416,7 +416,7 @@ def _disposition(rec: WireRecord) -> str:
     """"meter", "error" (refused, unbilled) or "skip" (not a billable exchange)."""
     if rec.api_shape == "unknown":
         path = rec.url.split("?", 1)[0].rstrip("/")
-        if rec.method in ("GET", "HEAD", "OPTIONS") or path.endswith(_FREE_SUFFIXES):
+        if rec.method in ("GET", "HEAD", "OPTIONS") or free_path(path):
             return "skip"
         return "meter"
     if rec.status is not None and not 200 <= rec.status < 300 and rec.usage is None:

@@ -45,14 +45,10 @@ from harness.audit.results import StudyResults, open_study
 from harness.errors import Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.notebooks.stage import (
-    Table,
-    anchor_outputs,
-    output_manifest_name,
-    repo_root,
-    resolve,
-    run_papermill,
-)
+from harness.evidence.paths import repo_root, resolve
+from harness.notebooks.display import Table
+from harness.notebooks.stage import anchor_outputs, run_papermill
+from harness.run.anchors import output_manifest_name
 
 if TYPE_CHECKING:
     import polars as pl

@@ -11,7 +11,7 @@ A batch file is strict JSON (one read, `harness.evidence.jsonio`)::
   folder; `cwd` (the kernel's working folder) defaults to that folder. The
   parameters are handed to the notebook as they are: a notebook takes its own
   relative paths from the repository root found from `cwd`
-  (`harness.notebooks.stage.repo_root`).
+  (`harness.evidence.paths.repo_root`).
 - `out` must end in `.ipynb`, must not be the notebook itself, and no two jobs may
   write the same `out`.
 - Every parameter must be declared in the notebook's cell tagged `parameters`

@@ -58,7 +58,7 @@ from harness.providers.catalog import (
     resolve_model,
 )
 from harness.providers.registry import adapter_for
-from harness.records.plan import PLAN_REQUEST_KIND, PlanCell
+from harness.records.plan import PLAN_HEADER_KIND, PLAN_REQUEST_KIND, PlanCell, PlanHeader
 
 __all__ = [
     "FULL_STAGE",
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 SCOPES: Final = ("pilot", "matrix-once", "full")
-HEADER_KIND: Final = "plan-header.v1"
+HEADER_KIND: Final = PLAN_HEADER_KIND
 REQUEST_KIND: Final = PLAN_REQUEST_KIND
 PLACEHOLDER_BASE_URLS: Final = ("http://plan.invalid/v1", "https://placeholder.invalid/elsewhere/v2")
 """Two base URLs a request body is built against: a body that differs between them is an internal error."""
@@ -112,20 +112,13 @@ class Plan:
     cells: tuple[PlanCell, ...]
 
     def header(self) -> dict[str, Any]:
-        return {
-            "kind": HEADER_KIND,
-            "study": self.study,
-            "scope": self.scope,
-            "seed": self.seed,
-            "design_sha256": self.design_sha256,
-            "frozen_sha256": self.frozen_sha256,
-            "systems_sha256": self.systems_sha256,
-            "packet_sha256": self.packet_sha256,
-            "catalog_sha256": self.catalog_sha256,
-            "amendments": list(self.amendments),
-            "requests": len(self.cells),
-            "draw": list(self.draw),
-        }
+        return PlanHeader(
+            study=self.study, scope=self.scope, seed=self.seed, design_sha256=self.design_sha256,
+            requests=len(self.cells),
+            more={"frozen_sha256": self.frozen_sha256, "systems_sha256": self.systems_sha256,
+                  "packet_sha256": self.packet_sha256, "catalog_sha256": self.catalog_sha256,
+                  "amendments": list(self.amendments), "draw": list(self.draw)},
+        ).to_json()
 
     def to_bytes(self) -> bytes:
         """The plan file's exact bytes: the header line, then one line per cell."""

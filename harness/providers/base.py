@@ -11,29 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from harness.meter.usage import TokenUsage
+from harness.records.attempt import PROVIDER_ERROR_CODES
+from harness.records.usage import TokenUsage
 
 __all__ = [
     "ERROR_CODES",
+    "Described",
     "Exchange",
     "GenerationSettings",
     "ParsedResponse",
     "ProviderRequest",
 ]
 
-ERROR_CODES: Final = (
-    "transport",
-    "timeout",
-    "rate_limited",
-    "server_error",
-    "auth",
-    "billing",
-    "quota",
-    "bad_request",
-    "context_length",
-    "content_filter",
-    "malformed_response",
-)
+ERROR_CODES: Final = PROVIDER_ERROR_CODES  # declared with the attempt record (harness.records.attempt)
 
 
 @dataclass(frozen=True)
@@ -100,6 +90,18 @@ class ParsedResponse:
             "error_code": self.error_code,
             "error_message": self.error_message,
         }
+
+
+@dataclass(frozen=True)
+class Described:
+    """What a raw response body says about itself, read only from its bytes (the wire log's view):
+    usage (None: unknown), finish reason, returned model snapshot, request id, and whether it was JSON."""
+
+    usage: TokenUsage | None
+    finish_reason: str | None = None
+    model_snapshot: str | None = None
+    request_id: str | None = None
+    json_ok: bool = False
 
 
 @dataclass(frozen=True)

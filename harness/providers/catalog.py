@@ -6,7 +6,7 @@ File format (TOML, strict)::
     id = "sim-flash"                      # unique; what `--model` names and `{model}` fills in
     api_model = "sim-flash"               # optional: the model name sent to the API (default: id)
     provider = "sim"
-    api_shape = "openai_chat"             # openai_chat | openai_responses | anthropic_messages | gemini_generate
+    api_shape = "openai_chat"             # a registered API shape (harness.providers.registry)
     base_url = "http://127.0.0.1:8765/v1"
     base_url_env = "PROCTOR_SIM_URL"      # optional: an environment variable that overrides base_url when set
     credential_env = ""                   # the NAME of the variable holding the key ("" when none is needed)
@@ -37,7 +37,8 @@ read once, hashed, decoded as strict UTF-8 and parsed with `tomllib` (which
 refuses duplicate keys). Unknown keys, wrong types, bad names and duplicate
 ids are refused as `catalog_invalid` with the path. A credential is only ever
 named here: its value is read from the environment by whoever sends the
-request, and no catalog output shows it.
+request, and no catalog output shows it. What a model costs is the meter's
+business (`harness.meter.priced_catalog`: `proctor catalog`, `--model auto`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ from typing import Any, Final
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.providers.registry import api_shapes, find_adapter
 
 __all__ = [
-    "API_SHAPES",
     "BUNDLED_CATALOG",
     "CATALOG_ENV",
     "EXAMPLE_CATALOG",
@@ -64,12 +65,9 @@ __all__ = [
     "CatalogModel",
     "WorkerTemplate",
     "catalog_location",
-    "cheapest_in_lane",
-    "describe_catalog",
     "family_of",
     "load_catalog",
     "parse_catalog",
-    "price_of",
     "resolve_model",
     "worker_env",
 ]
@@ -81,7 +79,6 @@ EXAMPLE_CATALOG: Final = _DATA / "catalog.example.toml"
 """A template for hosted models; copy it and point `--catalog` or `PROCTOR_CATALOG` at the copy."""
 CATALOG_ENV: Final = "PROCTOR_CATALOG"
 
-API_SHAPES: Final = ("openai_chat", "openai_responses", "anthropic_messages", "gemini_generate")
 LANES: Final = ("flash", "glm", "k3")
 """The same tiers as the task file's lanes (`harness.gate.task.LANES`)."""
 
@@ -280,8 +277,8 @@ def _model(entry: Any, index: int, bad: Any) -> CatalogModel:
     api_model = _text(entry, "api_model", where, bad) if "api_model" in entry else model_id
     provider = _text(entry, "provider", where, bad)
     shape = _text(entry, "api_shape", where, bad)
-    if shape not in API_SHAPES:
-        raise bad(f"{where}: api_shape {shape!r} is not one of {', '.join(API_SHAPES)}")
+    if find_adapter(shape) is None:
+        raise bad(f"{where}: api_shape {shape!r} is not one of {', '.join(api_shapes())}")
     base_url = _text(entry, "base_url", where, bad)
     if not re.match(r"^https?://[^\s/]+", base_url):
         raise bad(f"{where}: base_url must be an http:// or https:// URL")
@@ -387,88 +384,6 @@ def resolve_model(catalog: Catalog, model_id: str) -> CatalogModel:
         family=family,
         known=catalog.ids(),
     )
-
-
-def price_of(pricing: Any, model: CatalogModel) -> dict[str, Any] | None:
-    """The model's prices ($/Mtok) from a `harness.meter.pricing.PricingTable`, or None when unpriced."""
-    price = pricing.get(model.pricing_key) if pricing is not None else None
-    if price is None:
-        return None
-    return {
-        "input_per_mtok": price.input_per_mtok,
-        "output_per_mtok": price.output_per_mtok,
-        "cached_input_per_mtok": price.cached_input_per_mtok,
-        "cache_write_per_mtok": price.cache_write_per_mtok,
-        "reasoning_per_mtok": "billed_as_output" if price.reasoning_per_mtok is None else price.reasoning_per_mtok,
-        "tiers": len(price.tiers),
-        "notional": price.notional,
-    }
-
-
-def describe_catalog(
-    catalog_path: str | os.PathLike[str] | None = None, pricing_path: str | os.PathLike[str] | None = None
-) -> dict[str, Any]:
-    """What is configured and what it costs: `proctor catalog`.
-
-    For each model: its lane, provider, shape, whether its credential variable
-    is set (never the value) and its prices from the pricing table
-    (`unpriced` when the table has no entry for its pricing key).
-    """
-    from harness.meter.pricing import load_pricing
-
-    catalog = load_catalog(catalog_path)
-    pricing = load_pricing(pricing_path)
-    rows = []
-    for model in catalog.models:
-        prices = price_of(pricing, model)
-        credential = model.credential_set()
-        rows.append(
-            {
-                "id": model.id,
-                "lane": model.lane,
-                "provider": model.provider,
-                "api_shape": model.api_shape,
-                "base_url": model.effective_base_url(),
-                "credential_env": model.credential_env or None,
-                "credential": "not needed" if credential is None else ("yes" if credential else "no"),
-                "pricing_key": model.pricing_key,
-                "price": prices if prices is not None else "unpriced",
-                "worker": model.worker is not None,
-                "worker_network": None if model.worker is None else model.worker.network,
-            }
-        )
-    return {
-        "ok": True,
-        "catalog": catalog.to_json(),
-        "pricing": {"path": pricing.path, "sha256": pricing.sha256, "notional": pricing.notional},
-        "models": rows,
-    }
-
-
-def cheapest_in_lane(
-    catalog: Catalog, lane: str, pricing: Any, exclude_providers: Sequence[str] = ()
-) -> tuple[CatalogModel | None, list[dict[str, Any]]]:
-    """`--model auto`: the lane's model with the lowest output price (unpriced last, then catalog order).
-
-    Models of an excluded provider (one that failed in this lane) and models
-    without a worker are skipped. Returns the pick (None when nothing is left)
-    and every candidate considered, with why it was or was not eligible.
-    """
-    considered: list[dict[str, Any]] = []
-    eligible: list[tuple[float, int, CatalogModel]] = []
-    for index, model in enumerate(catalog.in_lane(lane)):
-        price = pricing.get(model.pricing_key) if pricing is not None else None
-        output = None if price is None else price.output_per_mtok
-        row: dict[str, Any] = {"id": model.id, "provider": model.provider, "output_per_mtok": output}
-        if model.provider in exclude_providers:
-            row["skipped"] = "provider failed in this lane"
-        elif model.worker is None:
-            row["skipped"] = "no worker template"
-        else:
-            eligible.append((float("inf") if output is None else output, index, model))
-        considered.append(row)
-    eligible.sort(key=lambda item: (item[0], item[1]))
-    return (eligible[0][2] if eligible else None), considered
 
 
 def worker_env(model: CatalogModel, catalog: Catalog, base_url: str) -> dict[str, str]:

@@ -14,18 +14,20 @@ from typing import Any, Final
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, loads_strict, sha256_hex
-from harness.meter.usage import TokenUsage
 from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
+from harness.records.usage import TokenUsage
 
 __all__ = [
     "MAX_MESSAGE",
     "check_model",
     "decode_json",
     "failure",
+    "first",
     "header",
     "lower_headers",
     "make_request",
     "refuse_unsupported",
+    "str_or_none",
     "string_or_none",
     "truncate",
     "url_base",
@@ -140,6 +142,16 @@ def decode_json(raw: bytes) -> tuple[Any, str | None]:
 def string_or_none(value: Any) -> str | None:
     """`value` when it is a non-empty string, else None."""
     return value if isinstance(value, str) and value else None
+
+
+def str_or_none(value: Any) -> str | None:
+    """`value` when it is a string (even empty), else None: how the wire log reads a field."""
+    return value if isinstance(value, str) else None
+
+
+def first(value: Any) -> Any:
+    """The first item of a non-empty list, else None."""
+    return value[0] if isinstance(value, list) and value else None
 
 
 def failure(

@@ -8,10 +8,9 @@ The mapping, in the order the rules are tried (the first that matches wins):
 2. billing: HTTP 402; Anthropic `billing_error`; OpenAI
    `billing_hard_limit_reached`/`billing_not_active`; wording such as "credit
    balance is too low" (Anthropic sends that as a 400) or "enable billing".
-3. quota: OpenAI `insufficient_quota`; Gemini `RESOURCE_EXHAUSTED` when the
-   exhausted quota is a daily one (`PerDay`), has limit 0, or says "exceeded
-   your current quota" without naming a per-minute quota. A quota does not
-   come back by waiting a minute; a rate limit does.
+3. quota: OpenAI `insufficient_quota`, or the adapter's own `quota_rule`
+   (Gemini's: `RESOURCE_EXHAUSTED` when the exhausted quota is a daily one).
+   A quota does not come back by waiting a minute; a rate limit does.
 4. auth: HTTP 401/403; `authentication_error`, `permission_error`,
    `invalid_api_key`, Gemini `API_KEY_INVALID` (Gemini sends that as a 400).
 5. rate_limited: HTTP 429 (Gemini's per-minute `RESOURCE_EXHAUSTED` too).
@@ -38,14 +37,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from harness.meter.usage import usage_from_response
 from harness.providers.base import ParsedResponse
 from harness.providers.common import failure, truncate
+from harness.records.usage import TokenUsage
 
-__all__ = ["classify_error", "error_response", "mask_keys"]
+__all__ = ["QuotaRule", "classify_error", "error_response", "mask_keys"]
+
+QuotaRule = Callable[[set[str], str], bool]
+"""An adapter's extra quota test: (lower-cased codes and types, lower-cased body text) -> is a quota."""
 
 _CONTENT_CODES: Final = frozenset(
     {"content_filter", "content_policy_violation", "invalid_prompt", "responsibleaipolicyviolation"}
@@ -149,22 +151,14 @@ def _fields(body: Any) -> tuple[str, set[str], int | None, str]:
     return " ".join(message.split()), marks, numeric, blob
 
 
-def _gemini_quota(marks: set[str], blob: str) -> bool:
-    if "resource_exhausted" not in marks:
-        return False
-    if "perday" in blob or "limit: 0" in blob:
-        return True
-    return "exceeded your current quota" in blob and "perminute" not in blob
-
-
-def _code(api_shape: str, status: int, marks: set[str], blob: str) -> str:
+def _code(status: int, marks: set[str], blob: str, quota_rule: QuotaRule | None) -> str:
     if status < 500 and status not in (401, 403, 429) and (
         marks & _CONTENT_CODES or any(w in blob for w in _CONTENT_WORDS)
     ):
         return "content_filter"
     if status == 402 or marks & _BILLING_CODES or any(w in blob for w in _BILLING_WORDS):
         return "billing"
-    if marks & _QUOTA_CODES or (api_shape == "gemini_generate" and _gemini_quota(marks, blob)):
+    if marks & _QUOTA_CODES or (quota_rule is not None and quota_rule(marks, blob)):
         return "quota"
     if status in (401, 403) or (status < 500 and (marks & _AUTH_CODES or any(w in blob for w in _AUTH_WORDS))):
         return "auth"
@@ -181,13 +175,13 @@ def _code(api_shape: str, status: int, marks: set[str], blob: str) -> str:
     return "server_error"
 
 
-def classify_error(api_shape: str, status: int, body: Any) -> tuple[str, str]:
+def classify_error(status: int, body: Any, *, quota_rule: QuotaRule | None = None) -> tuple[str, str]:
     """The stable error code and a short message for an error response.
 
     Args:
-        api_shape: the API shape the response came from (vendor details differ).
         status: the HTTP status.
         body: the decoded JSON body, or the raw bytes/text when it was not JSON.
+        quota_rule: the adapter's own quota test (vendor details differ), if any.
 
     Returns:
         `(error_code, message)`: a code from `ERROR_CODES` and at most 500
@@ -197,7 +191,7 @@ def classify_error(api_shape: str, status: int, body: Any) -> tuple[str, str]:
     effective = status
     if 200 <= status < 300 and numeric is not None and 400 <= numeric < 600:
         effective = numeric
-    code = _code(api_shape, effective, marks, blob)
+    code = _code(effective, marks, blob, quota_rule)
     kinds = sorted(m for m in marks if m != "anthropic_error")
     head = f"HTTP {status}" + (f" ({', '.join(kinds)})" if kinds else "")
     if not message:
@@ -206,14 +200,16 @@ def classify_error(api_shape: str, status: int, body: Any) -> tuple[str, str]:
 
 
 def error_response(
-    api_shape: str,
     status: int,
     body: Any,
     *,
+    classify: Callable[[int, Any], tuple[str, str]],
+    usage_of: Callable[[Any], TokenUsage | None],
     request_id: str | None = None,
     model_snapshot: str | None = None,
 ) -> ParsedResponse:
-    """A `ParsedResponse` for an error response (usage kept when the body still reports it)."""
-    code, message = classify_error(api_shape, status, body)
-    usage = usage_from_response(api_shape, body) if isinstance(body, Mapping) else None
+    """A `ParsedResponse` for an error response, classified and its usage read by the adapter's own
+    hooks (usage kept when the body still reports it)."""
+    code, message = classify(status, body)
+    usage = usage_of(body) if isinstance(body, Mapping) else None
     return failure(code, message, request_id=request_id, model_snapshot=model_snapshot, usage=usage)

@@ -21,28 +21,59 @@ thought summary, joined. The finish reason is the provider's own
 blocked before any candidate (`promptFeedback.blockReason`, which then
 stands as the finish reason). The request id is `responseId`; the model
 snapshot is `modelVersion`.
+
+Metering (the wire log's view, from the bytes alone): the path ends in
+`:generateContent` or `:streamGenerateContent` (which streams) and names the
+model (`/models/<m>:...`); usage is `usageMetadata.promptTokenCount` (of
+which `cachedContentTokenCount` cached), `candidatesTokenCount` (absent when
+nothing was generated) and `thoughtsTokenCount` (reasoning). A stream (SSE,
+or one JSON array without `alt=sse`) reports usage in the last chunk
+carrying `usageMetadata`. A `RESOURCE_EXHAUSTED` error is a quota (not a
+rate limit) when the exhausted quota is a daily one (`PerDay`), has limit 0,
+or says "exceeded your current quota" without naming a per-minute quota.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
-from harness.meter.usage import usage_from_response
-from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
+from harness.providers import usage as u
+from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
     check_model,
     decode_json,
     failure,
+    first,
     make_request,
     refuse_unsupported,
+    str_or_none,
     string_or_none,
     url_base,
     valid_settings,
 )
+from harness.providers.errors import classify_error as classify
 from harness.providers.errors import error_response
+from harness.providers.streams import fold_stream
+from harness.records.usage import TokenUsage
 
-__all__ = ["API_SHAPE", "FILTER_REASONS", "THINKING_BUDGETS", "build_request", "parse_response"]
+__all__ = [
+    "API_SHAPE",
+    "FILTER_REASONS",
+    "FREE_PATH_SUFFIXES",
+    "THINKING_BUDGETS",
+    "build_request",
+    "classify_error",
+    "describe",
+    "describe_stream",
+    "model_from_path",
+    "parse_response",
+    "parse_usage",
+    "request_streams",
+    "serves_path",
+]
 
 API_SHAPE: Final = "gemini_generate"
 THINKING_BUDGETS: Final = {"none": 0, "low": 1024, "medium": 8192, "high": 24576}
@@ -122,12 +153,19 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
     wrapped = isinstance(body, list) and bool(body) and isinstance(body[0], Mapping) and "error" in body[0]
     is_error = obj.get("error") is not None or wrapped
     if not 200 <= status < 300 or is_error:
-        return error_response(API_SHAPE, status, raw if why else body, request_id=request_id, model_snapshot=model)
+        return error_response(
+            status,
+            raw if why else body,
+            classify=classify_error,
+            usage_of=parse_usage,
+            request_id=request_id,
+            model_snapshot=model,
+        )
     if why is not None:
         return failure("malformed_response", why, request_id=request_id)
     if not isinstance(body, Mapping):
         return failure("malformed_response", "response body is not a JSON object", request_id=request_id)
-    usage = usage_from_response(API_SHAPE, body)
+    usage = parse_usage(body)
     candidates = body.get("candidates")
     if not candidates:
         feedback = body.get("promptFeedback")
@@ -164,3 +202,67 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
             usage=usage,
         )
     return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+
+
+# ---- metering: what the wire log reads from an exchange of this shape
+
+FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = (":countTokens",)
+"""Token-counting endpoints (`:countTokens`): free, so never metered."""
+
+_MODEL_PATH: Final = re.compile(r"/models/([^/:]+):(?:stream)?[Gg]enerate[Cc]ontent$")
+
+
+def parse_usage(body: Any) -> TokenUsage | None:
+    """The usage in a decoded response body, or None when unknown."""
+    usage = u.get(body, "usageMetadata")
+    prompt = u.count(u.get(usage, "promptTokenCount"))
+    cached = u.optional(usage, "cachedContentTokenCount")
+    out = u.optional(usage, "candidatesTokenCount")  # absent when nothing was generated
+    thoughts = u.optional(usage, "thoughtsTokenCount")
+    if prompt is None or cached is None or out is None or thoughts is None or cached > prompt:
+        return None
+    return TokenUsage(input=prompt - cached, cached_input=cached, output=out, reasoning=thoughts)
+
+
+def _quota(marks: set[str], blob: str) -> bool:
+    """A `RESOURCE_EXHAUSTED` that waiting a minute does not cure."""
+    if "resource_exhausted" not in marks:
+        return False
+    if "perday" in blob or "limit: 0" in blob:
+        return True
+    return "exceeded your current quota" in blob and "perminute" not in blob
+
+
+def classify_error(status: int, body: Any) -> tuple[str, str]:
+    """The stable error code and a short message for an error response, with Gemini's quota rule."""
+    return classify(status, body, quota_rule=_quota)
+
+
+def describe(doc: Mapping[str, Any]) -> Described:
+    """Usage, finish reason, model snapshot (`modelVersion`) and request id (`responseId`)."""
+    candidate = first(doc.get("candidates"))
+    finish = str_or_none(candidate.get("finishReason")) if isinstance(candidate, dict) else None
+    snapshot, request_id = str_or_none(doc.get("modelVersion")), str_or_none(doc.get("responseId"))
+    return Described(parse_usage(doc), finish, snapshot, request_id, True)
+
+
+def describe_stream(docs: list[dict[str, Any]]) -> Described:
+    """A stream's chunks: the usage of the last chunk carrying `usageMetadata`."""
+    return fold_stream(docs, describe, usage_key="usageMetadata")
+
+
+def serves_path(path: str) -> bool:
+    """Whether a request path (no query, no trailing slash) is this shape's endpoint."""
+    return path.endswith(":generateContent") or path.endswith(":streamGenerateContent")
+
+
+def request_streams(url: str, body: bytes) -> bool:
+    """True when the request asks for a streamed response (the stream method, whatever the body)."""
+    del body
+    return urlsplit(url).path.endswith(":streamGenerateContent")
+
+
+def model_from_path(path: str) -> str | None:
+    """The model a `/models/<m>:generateContent` path names."""
+    found = _MODEL_PATH.search(path)
+    return found.group(1) if found else None

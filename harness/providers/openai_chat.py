@@ -18,6 +18,13 @@ Response: text is `choices[0].message.content`; the finish reason is the
 provider's own `finish_reason` string; `content_filter` or a `refusal` in the
 message is `content_filter` (text and usage kept: the tokens were billed).
 The request id is the body's `id`, else the `x-request-id` header.
+
+Metering (the wire log's view, from the bytes alone): the path ends in
+`/chat/completions`; usage is `usage.prompt_tokens` (of which
+`prompt_tokens_details.cached_tokens` cached) and `completion_tokens` (of
+which `completion_tokens_details.reasoning_tokens` reasoning). A stream
+(`"stream": true`) reports usage in the last chunk carrying a non-null
+`usage`, only when the client asked for it (`stream_options.include_usage`).
 """
 
 from __future__ import annotations
@@ -25,23 +32,41 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from harness.meter.usage import usage_from_response
-from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
+from harness.providers import usage as u
+from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
     check_model,
     decode_json,
     failure,
+    first,
     header,
     lower_headers,
     make_request,
     refuse_unsupported,
+    str_or_none,
     string_or_none,
     url_base,
     valid_settings,
 )
+from harness.providers.errors import classify_error as classify
 from harness.providers.errors import error_response
+from harness.providers.streams import body_asks_stream, fold_stream
+from harness.records.usage import TokenUsage
 
-__all__ = ["API_SHAPE", "REASONING_EFFORTS", "build_request", "parse_response"]
+__all__ = [
+    "API_SHAPE",
+    "FREE_PATH_SUFFIXES",
+    "REASONING_EFFORTS",
+    "build_request",
+    "classify_error",
+    "describe",
+    "describe_stream",
+    "model_from_path",
+    "parse_response",
+    "parse_usage",
+    "request_streams",
+    "serves_path",
+]
 
 API_SHAPE: Final = "openai_chat"
 REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -96,12 +121,19 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
     request_id = string_or_none(obj.get("id")) or header(h, "x-request-id")
     model = string_or_none(obj.get("model"))
     if not 200 <= status < 300 or (obj.get("error") is not None and "choices" not in obj):
-        return error_response(API_SHAPE, status, raw if why else body, request_id=request_id, model_snapshot=model)
+        return error_response(
+            status,
+            raw if why else body,
+            classify=classify_error,
+            usage_of=parse_usage,
+            request_id=request_id,
+            model_snapshot=model,
+        )
     if why is not None:
         return failure("malformed_response", why, request_id=request_id)
     if not isinstance(body, Mapping):
         return failure("malformed_response", "response body is not a JSON object", request_id=request_id)
-    usage = usage_from_response(API_SHAPE, body)
+    usage = parse_usage(body)
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         return failure(
@@ -133,3 +165,53 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
             usage=usage,
         )
     return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+
+
+# ---- metering: what the wire log reads from an exchange of this shape
+
+FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = ()
+
+
+def parse_usage(body: Any) -> TokenUsage | None:
+    """The usage in a decoded response body, or None when unknown."""
+    usage = u.get(body, "usage")
+    return u.split(
+        u.count(u.get(usage, "prompt_tokens")),
+        u.optional(usage, "prompt_tokens_details", "cached_tokens"),
+        u.count(u.get(usage, "completion_tokens")),
+        u.optional(usage, "completion_tokens_details", "reasoning_tokens"),
+    )
+
+
+def classify_error(status: int, body: Any) -> tuple[str, str]:
+    """The stable error code and a short message for an error response (`harness.providers.errors`)."""
+    return classify(status, body)
+
+
+def describe(doc: Mapping[str, Any]) -> Described:
+    """Usage, finish reason, model snapshot and request id of a decoded response body."""
+    choice = first(doc.get("choices"))
+    finish = str_or_none(choice.get("finish_reason")) if isinstance(choice, dict) else None
+    return Described(parse_usage(doc), finish, str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
+
+
+def describe_stream(docs: list[dict[str, Any]]) -> Described:
+    """A stream's chunks: the usage of the last chunk carrying a non-null `usage`."""
+    return fold_stream(docs, describe, usage_key="usage")
+
+
+def serves_path(path: str) -> bool:
+    """Whether a request path (no query, no trailing slash) is this shape's endpoint."""
+    return path.endswith("/chat/completions")
+
+
+def request_streams(url: str, body: bytes) -> bool:
+    """True when the request asks for a streamed response."""
+    del url
+    return body_asks_stream(body)
+
+
+def model_from_path(path: str) -> str | None:
+    """The model a request path names: none (it is in the body)."""
+    del path
+    return None

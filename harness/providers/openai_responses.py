@@ -18,6 +18,13 @@ The API has no finish reason; the provider's own strings stand in for it:
 `failed` status is classified from its `error` object. A `refusal` part or a
 `content_filter` reason is `content_filter`. The request id is the body's
 `id`, else the `x-request-id` header.
+
+Metering (the wire log's view, from the bytes alone): the path ends in
+`/responses`; usage is `usage.input_tokens` (of which
+`input_tokens_details.cached_tokens` cached) and `output_tokens` (of which
+`output_tokens_details.reasoning_tokens` reasoning). A stream reports usage
+in the `response` object of the last event carrying one with usage
+(`response.completed`).
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from harness.meter.usage import usage_from_response
-from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
+from harness.providers import usage as u
+from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
     check_model,
     decode_json,
@@ -35,13 +42,30 @@ from harness.providers.common import (
     lower_headers,
     make_request,
     refuse_unsupported,
+    str_or_none,
     string_or_none,
     url_base,
     valid_settings,
 )
+from harness.providers.errors import classify_error as classify
 from harness.providers.errors import error_response
+from harness.providers.streams import body_asks_stream, fold_stream
+from harness.records.usage import TokenUsage
 
-__all__ = ["API_SHAPE", "REASONING_EFFORTS", "build_request", "parse_response"]
+__all__ = [
+    "API_SHAPE",
+    "FREE_PATH_SUFFIXES",
+    "REASONING_EFFORTS",
+    "build_request",
+    "classify_error",
+    "describe",
+    "describe_stream",
+    "model_from_path",
+    "parse_response",
+    "parse_usage",
+    "request_streams",
+    "serves_path",
+]
 
 API_SHAPE: Final = "openai_responses"
 REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -103,13 +127,20 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
     model = string_or_none(obj.get("model"))
     state = obj.get("status")
     if not 200 <= status < 300 or (obj.get("error") is not None and ("output" not in obj or state == "failed")):
-        return error_response(API_SHAPE, status, raw if why else body, request_id=request_id, model_snapshot=model)
+        return error_response(
+            status,
+            raw if why else body,
+            classify=classify_error,
+            usage_of=parse_usage,
+            request_id=request_id,
+            model_snapshot=model,
+        )
     if why is not None:
         return failure("malformed_response", why, request_id=request_id)
     if not isinstance(body, Mapping):
         return failure("malformed_response", "response body is not a JSON object", request_id=request_id)
     output = body.get("output")
-    usage = usage_from_response(API_SHAPE, body)
+    usage = parse_usage(body)
     text, refusal, readable = _read_output(output) if isinstance(output, list) else (None, None, False)
     details = body.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, Mapping) else None
@@ -135,3 +166,56 @@ def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> Parse
             usage=usage,
         )
     return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+
+
+# ---- metering: what the wire log reads from an exchange of this shape
+
+FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = ()
+
+
+def parse_usage(body: Any) -> TokenUsage | None:
+    """The usage in a decoded response body, or None when unknown."""
+    usage = u.get(body, "usage")
+    return u.split(
+        u.count(u.get(usage, "input_tokens")),
+        u.optional(usage, "input_tokens_details", "cached_tokens"),
+        u.count(u.get(usage, "output_tokens")),
+        u.optional(usage, "output_tokens_details", "reasoning_tokens"),
+    )
+
+
+def classify_error(status: int, body: Any) -> tuple[str, str]:
+    """The stable error code and a short message for an error response (`harness.providers.errors`)."""
+    return classify(status, body)
+
+
+def describe(doc: Mapping[str, Any]) -> Described:
+    """Usage, finish reason (`incomplete_details.reason`, else `status`), model snapshot and request id."""
+    details = doc.get("incomplete_details")
+    if isinstance(details, dict) and isinstance(details.get("reason"), str):
+        finish: str | None = str(details["reason"])
+    else:
+        finish = str_or_none(doc.get("status"))
+    return Described(parse_usage(doc), finish, str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
+
+
+def describe_stream(docs: list[dict[str, Any]]) -> Described:
+    """A stream's events: each event's `response` object; usage from the last one carrying it."""
+    return fold_stream(docs, describe, usage_key="usage", body_of=lambda doc: doc.get("response"))
+
+
+def serves_path(path: str) -> bool:
+    """Whether a request path (no query, no trailing slash) is this shape's endpoint."""
+    return path.endswith("/responses")
+
+
+def request_streams(url: str, body: bytes) -> bool:
+    """True when the request asks for a streamed response."""
+    del url
+    return body_asks_stream(body)
+
+
+def model_from_path(path: str) -> str | None:
+    """The model a request path names: none (it is in the body)."""
+    del path
+    return None

@@ -12,11 +12,24 @@ from typing import Any, Final
 
 from harness.evidence.chain import verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.run.records import ANCHOR_KIND
+from harness.records.anchor import Anchor
 
-__all__ = ["ANCHOR_EVERY_S", "anchor_record"]
+__all__ = ["ANCHOR_EVERY_S", "OUTPUT_REASONS", "anchor_record", "output_manifest_name"]
 
 ANCHOR_EVERY_S: Final = 15 * 60.0
+
+OUTPUT_REASONS: Final = ("notebook", "analysis", "outputs")
+"""The reasons `harness.notebooks.stage.anchor_outputs` writes (the runner's own anchors are `periodic` and `end`)."""
+
+
+def output_manifest_name(folder: str, path: str | os.PathLike[str], prefix: str = "output") -> str:
+    """`<prefix>:<path relative to the stage folder>` (POSIX separators; `..` when it lies outside).
+
+    `proctor audit` resolves every `notebook:` and `output:` manifest from the stage
+    folder it is anchored in, so a results folder moved whole still audits.
+    """
+    rel = os.path.relpath(os.path.abspath(os.fspath(path)), folder)
+    return f"{prefix}:{rel.replace(os.sep, '/')}"
 
 
 def anchor_record(
@@ -40,4 +53,4 @@ def anchor_record(
     out_manifests = {
         name: (sha256_hex(read_bytes(path)) if os.path.exists(path) else None) for name, path in manifests.items()
     }
-    return {"kind": ANCHOR_KIND, "at": at, "reason": reason, "logs": out_logs, "manifests": out_manifests}
+    return Anchor(at, reason, out_logs, out_manifests).to_json()

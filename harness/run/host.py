@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any, Final
 
-from harness.run.records import HOST_KIND
+from harness.records.host import HostSample
 
 __all__ = ["SAMPLER_FAIL_S", "SAMPLE_EVERY_S", "host_sample", "sample_failed"]
 
@@ -42,28 +42,28 @@ def _pressure() -> dict[str, str] | None:
 def host_sample(at: float, reason: str, disk_path: str) -> dict[str, Any]:
     """One `host-sample.v1` record (without chain fields), taken now."""
     errors: list[str] = []
-    record: dict[str, Any] = {"kind": HOST_KIND, "at": at, "wall": time.time(), "monotonic": time.monotonic(),
-                              "reason": reason}
+    wall, monotonic = time.time(), time.monotonic()
+    load: list[float] | None
     try:
-        record["load"] = list(os.getloadavg())
+        load = list(os.getloadavg())
     except OSError as exc:
-        record["load"] = None
+        load = None
         errors.append(f"load: {exc}")
+    memory: dict[str, int] | None
     try:
-        record["memory"] = _meminfo()
+        memory = _meminfo()
     except (OSError, KeyError, ValueError, IndexError) as exc:
-        record["memory"] = None
+        memory = None
         errors.append(f"memory: {exc!r}")
-    record["pressure"] = _pressure()
+    pressure = _pressure()
+    disk: dict[str, Any] | None
     try:
         st = os.statvfs(disk_path)
-        record["disk"] = {"path": disk_path, "total_bytes": st.f_blocks * st.f_frsize,
-                          "free_bytes": st.f_bavail * st.f_frsize}
+        disk = {"path": disk_path, "total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
     except OSError as exc:
-        record["disk"] = None
+        disk = None
         errors.append(f"disk: {exc}")
-    record["errors"] = errors
-    return record
+    return HostSample(at, wall, monotonic, reason, load, memory, pressure, disk, errors).to_json()
 
 
 def sample_failed(record: dict[str, Any]) -> bool:

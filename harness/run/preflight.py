@@ -17,7 +17,7 @@
     verifier    the warm verifier starts and passes a trivial check
 
 The endpoint check is the only network call, and only preflight makes it. The
-admission rule itself lives in `harness.run.records.admission_decision`.
+admission rule itself lives in `harness.run.rules.admission_decision`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import Refusal
 
 if TYPE_CHECKING:
-    from harness.run.records import RunSummary
+    from harness.run.summary import RunSummary
 
 __all__ = ["preflight"]
 
@@ -51,8 +51,9 @@ def preflight(
 ) -> RunSummary:
     """The preflight summary (`RunSummary` with mode `preflight`); exit_code 0 when nothing stands in the way."""
     from harness.evidence.lock import lock_holder
-    from harness.run import runner
-    from harness.run.records import RunProgress, RunSummary, SystemProgress, ceiling_total
+    from harness.run.rules import ceiling_total
+    from harness.run.setup import load_stage_ledger, requests_from, setup_stage
+    from harness.run.summary import RunProgress, RunSummary, SystemProgress
 
     problems: list[dict[str, Any]] = []
 
@@ -60,7 +61,7 @@ def preflight(
         problems.append({"check": check, "message": message, **extra})
 
     try:
-        setup = runner._setup(prereg_dir, stage, results_dir, base_urls)
+        setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     except Refusal as exc:
         problem("prereg" if exc.code.startswith(("prereg", "frozen", "amend")) else "plan",
                 exc.message, refusal=exc.code, path=exc.path)
@@ -69,8 +70,8 @@ def preflight(
     d = setup.design
     ledger = None
     try:
-        setup.requests = runner._requests_from(setup.folder, setup.plan_bytes, write=False)
-        ledger = runner._load(setup)
+        setup.requests = requests_from(setup.folder, setup.plan_bytes, write=False)
+        ledger = load_stage_ledger(setup)
     except Refusal as exc:
         problem("history" if exc.code != "run_plan_changed" else "plan", exc.message, refusal=exc.code, path=exc.path)
     holder = lock_holder(os.path.join(setup.folder, ".invocation.lock"))

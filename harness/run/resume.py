@@ -48,7 +48,9 @@ from harness.errors import Refusal
 from harness.evidence.chain import read_log, seed_hash
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
-from harness.run.attempts import Plan, PlanRequest, read_plan, validate_attempt
+from harness.records.attempt import validate_attempt
+from harness.records.plan import Plan, PlanCell
+from harness.run.attempts import read_plan
 
 __all__ = [
     "ERROR_CLASSES",
@@ -124,7 +126,7 @@ def _is_repair(record: Mapping[str, Any]) -> bool:
     return record.get("event") == "log_repair" and "kind" not in record
 
 
-def _selected(plan: Plan, stage: str | None) -> dict[str, PlanRequest]:
+def _selected(plan: Plan, stage: str | None) -> dict[str, PlanCell]:
     if stage is None:
         return dict(plan.by_run_id)
     if stage not in plan.stages:
@@ -137,7 +139,7 @@ def _check_line(
     record: Mapping[str, Any],
     line: int,
     plan: Plan,
-    runs: Mapping[str, PlanRequest],
+    runs: Mapping[str, PlanCell],
     earlier: Sequence[tuple[int, Mapping[str, Any]]] | None,
     limit: int,
     path: str | None,

@@ -1,0 +1,162 @@
+"""Plain tables for a notebook: what the runner returns (`RunSummary`, `RunProgress`) and a stage's anchors.
+
+A `Table` is rows of plain dicts that render as aligned text (papermill's logs)
+and as HTML (Jupyter). `harness.notebooks.stage` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.evidence.chain import read_log, verify_log
+from harness.run.layout import log_seed
+from harness.run.summary import RunProgress, RunSummary
+
+__all__ = ["Table", "anchors_table", "cells_table", "preflight_table", "progress_table", "summary_table"]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) or "-"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of plain rows; shown as fixed-width text (papermill's logs) and HTML (Jupyter).
+
+    Attributes:
+        title: one line above the table.
+        rows: one dict per row; the columns are the keys of the first row, in order.
+        note: an optional line under the table.
+    """
+
+    title: str
+    rows: tuple[dict[str, Any], ...]
+    note: str = ""
+    columns: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            cols: dict[str, None] = {}
+            for row in self.rows:
+                cols.update(dict.fromkeys(row))
+            object.__setattr__(self, "columns", tuple(cols))
+
+    def text(self) -> str:
+        """The table as aligned plain text."""
+        cells = [[_cell(row.get(c)) for c in self.columns] for row in self.rows]
+        widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(self.columns)]
+        lines = [self.title]
+        if self.columns:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True)).rstrip())
+            lines.append("  ".join("-" * w for w in widths))
+            lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+        else:
+            lines.append("(none)")
+        if self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{esc(_cell(row.get(c)))}</td>" for c in self.columns) + "</tr>"
+                       for row in self.rows)
+        note = f"<p>{esc(self.note)}</p>" if self.note else ""
+        return f"<p><b>{esc(self.title)}</b></p><table><tr>{head}</tr>{body}</table>{note}"
+
+
+def preflight_table(summary: RunSummary) -> Table:
+    """Every problem the preflight found (`check`, `message`, and where), or one row saying none."""
+    rows = tuple({"check": p.get("check"), "message": p.get("message"),
+                  "refusal": p.get("refusal"), "where": p.get("path") or p.get("url") or p.get("system")}
+                 for p in summary.problems)
+    if not rows:
+        rows = ({"check": "all", "message": "nothing stands in the way", "refusal": None, "where": None},)
+    p = summary.progress
+    title = (f"Preflight of study {summary.study or '?'} stage {summary.stage}: "
+             f"{'ok' if summary.ok else f'{len(summary.problems)} problem(s)'}")
+    return Table(title, rows, note=f"spend so far ${p.total_usd:.4f} of ceiling ${p.ceiling_usd:.4f}")
+
+
+def progress_table(progress: RunProgress) -> Table:
+    """One row per system: items admitted and refused, attempts, standing cells, spend against its cap."""
+    rows = tuple({"system": s.system, "state": s.state, "items_admitted": s.items_admitted,
+                  "items_refused": s.items_refused, "attempts": s.attempts,
+                  "standing": f"{s.standing}/{s.cells}", "spend_usd": s.spend_usd, "cap_usd": s.cap_usd}
+                 for s in progress.systems)
+    crossed = "  CEILING CROSSED" if progress.crossed else ""
+    title = (f"Study {progress.study} stage {progress.stage}: spend ${progress.total_usd:.4f} "
+             f"of ceiling ${progress.ceiling_usd:.4f}{crossed}")
+    return Table(title, rows)
+
+
+def _finals_by_system(summary: RunSummary) -> dict[str, int]:
+    path = os.path.join(summary.folder, "finals.jsonl")
+    if not summary.folder or not os.path.lexists(path):
+        return {}
+    system_of = {c["run_id"]: c["system"] for c in summary.cells}
+    counts: dict[str, int] = {}
+    for rec in read_log(path, log_seed(summary.study, summary.stage, "finals")):
+        system = system_of.get(rec.get("run_id", ""))
+        if system is not None:
+            counts[system] = counts.get(system, 0) + 1
+    return counts
+
+
+def summary_table(summary: RunSummary) -> Table:
+    """Per system: items, cells standing, finals written (reruns included), passes, attempts, spend, stops."""
+    finals = _finals_by_system(summary)
+    rows = []
+    for s in summary.progress.systems:
+        cells = [c for c in summary.cells if c["system"] == s.system]
+        stops = [st.get("cause") for st in summary.stops if st.get("system") in (s.system, None)]
+        rows.append({"system": s.system, "items": len({c["item"] for c in cells}),
+                     "standing": f"{s.standing}/{s.cells}", "finals": finals.get(s.system, 0),
+                     "passes": sum(1 for c in cells if c["state"] == "standing" and c["passed"] is True),
+                     "attempts": s.attempts, "spend_usd": s.spend_usd, "cap_usd": s.cap_usd,
+                     "state": s.state, "stops": stops})
+    p = summary.progress
+    title = (f"Summary ({summary.mode}) of study {summary.study} stage {summary.stage}: "
+             f"{'complete' if summary.complete else 'not complete'}, exit code {summary.exit_code}")
+    return Table(title, tuple(rows), note=f"spend ${p.total_usd:.4f} of ceiling ${p.ceiling_usd:.4f}; "
+                                          f"folder {summary.folder}")
+
+
+def cells_table(summary: RunSummary) -> Table:
+    """One row per cell (a dry run's listing): what stands and the next attempt owed."""
+    rows = tuple({"system": c["system"], "item": c["item"], "arm": c["arm"], "repeat": c["repeat"],
+                  "state": c["state"], "class": c["class"], "passed": c["passed"],
+                  "next": None if c["next"] is None else f"rerun {c['next']['rerun']} attempt {c['next']['attempt']}"}
+                 for c in summary.cells)
+    return Table(f"Cells of study {summary.study} stage {summary.stage} ({summary.mode})", rows)
+
+
+def anchors_table(folder: str | os.PathLike[str], study: str, stage: str) -> Table:
+    """The stage's last anchor: each log's lines and head, each manifest's sha256."""
+    path = os.path.join(os.fspath(folder), "anchors.jsonl")
+    if not os.fspath(folder) or not os.path.lexists(path):
+        return Table(f"Anchors of study {study} stage {stage}", (), note="no anchors.jsonl")
+    seed = log_seed(study, stage, "anchors")
+    records = read_log(path, seed)
+    status = verify_log(path, seed)
+    last = records[-1] if records else {"logs": {}, "manifests": {}, "reason": None, "at": None}
+    rows = [{"name": f"{name}.jsonl", "lines": entry.get("lines"), "head / sha256": entry.get("head")}
+            for name, entry in sorted(last["logs"].items())]
+    rows += [{"name": name, "lines": None, "head / sha256": sha} for name, sha in sorted(last["manifests"].items())]
+    return Table(f"Anchors of study {study} stage {stage}: last anchor ({last['reason']}) of {len(records)}",
+                 tuple(rows), note=f"anchors.jsonl: {status.lines} lines, head {status.head}")

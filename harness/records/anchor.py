@@ -1,0 +1,45 @@
+"""The anchor record (`anchor.v1`, anchors.jsonl): every chained log's line count and head, every manifest's sha256.
+
+A log with a problem is anchored with its intact lines and `problem`; an absent
+log or manifest as absent (lines 0 / head null, sha256 null). See docs/records.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.records._shape import INT, NUM, OPT_STR, STR, Fields, Shape, kind_is, values_of
+
+__all__ = ["ANCHOR_FIELDS", "ANCHOR_KIND", "Anchor"]
+
+ANCHOR_KIND: Final = "anchor.v1"
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One `anchor.v1` line: `logs` maps a log name to {lines, head[, problem]}, `manifests` a name to a sha256."""
+
+    at: float
+    reason: str
+    logs: Mapping[str, Mapping[str, Any]]
+    manifests: Mapping[str, str | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": ANCHOR_KIND, "at": self.at, "reason": self.reason,
+                "logs": {k: dict(v) for k, v in self.logs.items()}, "manifests": dict(self.manifests)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> Anchor:
+        """An anchor read strictly (`run_log_invalid`): its kind and every field with its type."""
+        Fields(obj, line, path, code="run_log_invalid").shape(ANCHOR_FIELDS)
+        return cls(float(obj["at"]), obj["reason"], obj["logs"], obj["manifests"])
+
+
+ANCHOR_FIELDS: Shape = {
+    "kind": kind_is(ANCHOR_KIND), "at": NUM, "reason": STR,
+    "logs": values_of({"lines": INT, "head": OPT_STR}, "an object of {lines, head}"),
+    "manifests": values_of(OPT_STR, "an object of sha256 strings or null"),
+}
+"""Every field of an anchor (JSON names, `kind` included) and what it must be."""

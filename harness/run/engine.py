@@ -1,0 +1,161 @@
+"""The runner's engine state and its bookkeeping under the ledger lock: events, stops, spend and the
+ceiling, admission, and progress. The finals, lanes and upkeep build on it (`harness.run.runner`).
+
+Every event time is `Clock.now()` taken under the lock that orders the event; the
+clock's floor is the latest time found in the files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from harness.evals.verify_humaneval import WarmVerifier
+from harness.evidence.chain import ChainedLog
+from harness.evidence.clock import Clock
+from harness.evidence.money import sum_costs
+from harness.meter.wire import WireLog
+from harness.providers.base import Exchange
+from harness.providers.transport import Transport
+from harness.records.run_event import RunEvent
+from harness.run.layout import log_seed
+from harness.run.ledger import Ledger
+from harness.run.rules import (
+    AdmissionInputs,
+    admission_decision,
+    admission_record,
+    ceiling_total,
+    cost_for_spend,
+)
+from harness.run.setup import StageSetup
+from harness.run.summary import RunProgress, SystemProgress
+
+__all__ = ["EngineCore"]
+
+
+class EngineCore:
+    """One invocation's state: the set-up, the ledger, the logs, spend, stops and pauses."""
+
+    def __init__(self, setup: StageSetup, ledger: Ledger, *, resume_paused: bool,
+                 progress: Callable[[RunProgress], None] | None) -> None:
+        self.s, self.ledger, self.progress_cb = setup, ledger, progress
+        d = setup.design
+        self.study, self.stage = d.study_id, setup.stage
+        self.reserve = d.budgets.reserve_per_item_usd
+        self.ceiling = d.budgets.ceiling_usd
+        self.rules = d.run
+        self.lock = threading.Lock()
+        self.clock = Clock(floor=ledger.last_time)
+        f = setup.folder
+        self.logs = {name: ChainedLog(os.path.join(f, f"{name}.jsonl"), log_seed(self.study, self.stage, name))
+                     for name in ("attempts", "finals", "run", "admission", "host", "anchors")}
+        self.wire = WireLog(os.path.join(f, "wire.jsonl"), f"{self.study}:{self.stage}")
+        self.attempt_lines = ledger.attempt_lines
+        self.spend = dict(ledger.spend)
+        self.spend_parts = {k: list(v) for k, v in ledger.spend_parts.items()}
+        self.under_way = dict.fromkeys(setup.systems, 0)
+        self.admitted = dict.fromkeys(setup.systems, 0)
+        self.refused = dict.fromkeys(setup.systems, 0)
+        self.attempts = {s: sum(len(r) for c in ledger.cells.values() if c.request.system == s
+                                for r in c.attempts.values()) for s in setup.systems}
+        self.stopped: dict[str, str] = {}
+        self.paused = {s for s in setup.systems if ledger.paused(s)}
+        self.resume_paused = resume_paused
+        self.refused_before = {s for s in setup.systems if ledger.refused_before(s)}
+        self.crossed = self.total() > self.ceiling or any(e["event"] == "ceiling" for e in ledger.run_events)
+        self.interrupted = False
+        self.stops: list[dict[str, Any]] = []
+        self.abandoned: set[asyncio.Task[Exchange]] = set()
+        self.ceiling_event: asyncio.Event | None = None
+        self.verifiers: dict[str, WarmVerifier] = {}
+        suite_dir = os.path.dirname(d.packet_path)
+        self.suite_dir = suite_dir
+        self._private: Any = None
+        self.transport: Transport | None = None
+        self.signals = 0
+        self.pushes: list[threading.Thread] = []
+        self.pending_signals: list[int] = []
+
+    # ---- bookkeeping under the lock
+
+    def total(self) -> float:
+        return ceiling_total(self.s.design.budgets.spend_before_usd, self.spend_parts)
+
+    def event(self, event: str, **fields: Any) -> dict[str, Any]:
+        with self.lock:
+            return self._event_locked(event, **fields)
+
+    def _event_locked(self, event: str, **fields: Any) -> dict[str, Any]:
+        return self.logs["run"].append(RunEvent(event, self.clock.now(), fields).to_json())
+
+    def stop(self, system: str | None, cause: str, detail: str = "") -> None:
+        with self.lock:
+            self._stop_locked(system, cause, detail)
+
+    def _stop_locked(self, system: str | None, cause: str, detail: str) -> None:
+        targets = self.s.systems if system is None else [system]
+        if all(t in self.stopped for t in targets):
+            return
+        for t in targets:
+            self.stopped.setdefault(t, cause)
+        self.stops.append({"system": system, "cause": cause, "detail": detail})
+        self._event_locked("stop", system=system, cause=cause, detail=detail)
+
+    def halted(self, system: str) -> bool:
+        return self.crossed or self.interrupted or system in self.stopped or system in self.paused
+
+    def _add_spend_locked(self, system: str, cost_usd: Any) -> None:
+        self.spend_parts[system].append(cost_for_spend(cost_usd, self.reserve))
+        self.spend[system] = sum_costs(self.spend_parts[system])  # one exact sum, as the ledger's
+        total = self.total()
+        if total > self.ceiling and not self.crossed:
+            self.crossed = True
+            at = self.clock.now()
+            for s in self.s.systems:
+                self._event_locked("ceiling", system=s, crossed_at=at, total_usd=total, ceiling_usd=self.ceiling)
+            self._stop_locked(None, "ceiling", f"spend {total} crossed the ceiling {self.ceiling}")
+            if self.ceiling_event is not None:
+                self.ceiling_event.set()
+
+    def admit(self, system: str, item: str, lane: int) -> bool:
+        with self.lock:
+            if self.interrupted or system in self.stopped or system in self.paused:
+                return False  # not a decision: the lane is over
+            inputs = AdmissionInputs(
+                system=system, item=item, lane=lane, finished_usd=self.spend[system], reserve_usd=self.reserve,
+                under_way=self.under_way[system] + 1, cap_usd=self.s.design.system(system).cap_usd,
+                refused_before=system in self.refused_before, total_usd=self.total(), ceiling_usd=self.ceiling,
+                crossed=self.crossed,
+            )
+            self.logs["admission"].append(admission_record(inputs, self.clock.now()).to_json())
+            decision, _ = admission_decision(inputs)
+            if decision == "admit":
+                self.under_way[system] += 1
+                self.admitted[system] += 1
+                return True
+            self.refused_before.add(system)
+            self.refused[system] += 1
+            return False
+
+    # ---- progress
+
+    def system_progress(self) -> tuple[SystemProgress, ...]:
+        out = []
+        for s in self.s.systems:
+            cells = [c for c in self.ledger.cells.values() if c.request.system == s]
+            standing = sum(c.standing for c in cells)
+            state = ("done" if standing == len(cells) else "paused" if s in self.paused else
+                     "refused" if s in self.refused_before else "stopped" if s in self.stopped else "running")
+            out.append(SystemProgress(s, self.admitted[s], self.refused[s], self.attempts[s], standing, len(cells),
+                                      self.spend[s], self.s.design.system(s).cap_usd, state))
+        return tuple(out)
+
+    def progress(self) -> RunProgress:
+        return RunProgress(self.study, self.stage, self.total(), self.ceiling, self.crossed, self.system_progress())
+
+    def report(self) -> None:
+        if self.progress_cb is not None:
+            self.progress_cb(self.progress())

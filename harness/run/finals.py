@@ -1,0 +1,121 @@
+"""A run's end: its final (class and action by the rules), the archives of the finals it replaces,
+and the warm verifier's receipt for a delivered answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from harness.errors import Refusal
+from harness.evals.suite import load_private
+from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
+from harness.evidence.fsutil import atomic_write
+from harness.evidence.jsonio import (
+    canonical_bytes,
+    canonical_line,
+    read_bytes,
+    read_json,
+    sha256_hex,
+)
+from harness.records.final import Replaced, RunFinal
+from harness.run.engine import EngineCore
+from harness.run.layout import archive_name, receipt_name
+from harness.run.ledger import CellState
+from harness.run.rules import INCONCLUSIVE_ITEMS_LIMIT, action_for, classify
+
+__all__ = ["Finals"]
+
+
+class Finals(EngineCore):
+    """Writing finals and receipts (on the engine's state)."""
+
+    def write_final(self, state: CellState, receipt: tuple[str, str, bool] | None) -> RunFinal:
+        line, attempt, sha = state.current()[-1]
+        rerun = state.rerun
+        cls = classify(attempt)
+        action = action_for(cls, rerun, self.rules.reruns)
+        replaced = tuple(Replaced(old.rerun, archive_name(state.request.run_id, old.rerun), sha256_hex(raw + b"\n"),
+                                  old.attempt_sha256) for _, old, raw in state.finals)
+        r = state.request
+        with self.lock:
+            final = RunFinal(
+                run_id=r.run_id, system=r.system, item=r.item, arm=r.arm, repeat=r.repeat, rerun=rerun, cls=cls,
+                action=action, error_code=attempt.get("error_code"), attempt=attempt["attempt"], attempt_line=line,
+                attempt_sha256=sha, passed=None if receipt is None else receipt[2],
+                receipt=None if receipt is None else receipt[0],
+                receipt_sha256=None if receipt is None else receipt[1], replaced=replaced, at=self.clock.now(),
+            )
+            written = self.logs["finals"].append(final.to_json())
+            state.finals.append((0, final, canonical_bytes(written)))
+            if action == "pause":
+                self.paused.add(r.system)
+                self._event_locked("pause", system=r.system, run_id=r.run_id, error_code=attempt.get("error_code"))
+            elif action == "stop":
+                cause = "deadline" if attempt.get("error_code") == "AttemptDeadline" else cls
+                self._stop_locked(r.system, cause, f"{r.run_id}: {attempt.get('error_code')}")
+            if cls == "inconclusive" and self.ledger.inconclusive_items(r.system) > INCONCLUSIVE_ITEMS_LIMIT:
+                self._stop_locked(r.system, "inconclusive", "inconclusive failures ended runs in more than "
+                                  f"{INCONCLUSIVE_ITEMS_LIMIT} items")
+        return final
+
+    def ensure_archives(self, state: CellState) -> None:
+        """Byte copies of every earlier final, before the cell's next run (idempotent after a crash)."""
+        for _, old, raw in state.finals:
+            path = os.path.join(self.s.folder, archive_name(state.request.run_id, old.rerun))
+            if os.path.exists(path):
+                if read_bytes(path) != raw + b"\n":
+                    raise Refusal("run_archive_mismatch", "an archive is not a byte copy of its final", path)
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write(path, raw + b"\n", mode=0o644)
+
+    # ---- verification
+
+    def private(self) -> Any:
+        if self._private is None:
+            self._private = load_private(self.suite_dir)
+        return self._private
+
+    def verify(self, state: CellState) -> tuple[str, str, bool]:
+        """Verify the current run's delivered answer; write its receipt; (name, sha256, passed)."""
+        _, attempt, sha = state.current()[-1]
+        r = state.request
+        item = self.private()[r.item]
+        if item.test is None or item.entry_point is None:
+            raise VerifierUnavailable(f"item {r.item} has no hidden test")
+        packet_prompt = self._packet_prompt(r.item)
+        verifier = self.verifiers.setdefault(r.system, WarmVerifier())
+        manifest = read_json(os.path.join(self.suite_dir, "SUITE.json")).value
+        _, receipt = verify_response(
+            verifier, suite=self.s.design.suite_name, item=r.item, prompt=packet_prompt,
+            entry_point=item.entry_point, test=item.test, response_text=attempt.get("text") or "",
+            private_sha256=manifest.get("private_sha256"), clock=self.clock.now,
+        )
+        receipt.update(run_id=r.run_id, rerun=state.rerun, attempt_sha256=sha)
+        name = receipt_name(r.run_id, state.rerun)
+        data = canonical_line(receipt)
+        path = os.path.join(self.s.folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, data, mode=0o644)
+        return name, sha256_hex(data), bool(receipt["passed"])
+
+    def _packet_prompt(self, item: str) -> str:
+        if not hasattr(self, "_packet"):
+            from harness.evals.suite import load_packet
+
+            self._packet = load_packet(self.s.design.packet_path, self.s.design.packet_sha256)
+        return str(self._packet.get(item).prompt)
+
+    async def finish_run(self, state: CellState) -> None:
+        """Write the final of a run that ended (verifying a delivered answer first)."""
+        _, attempt, _ = state.current()[-1]
+        receipt = None
+        if attempt["outcome"] == "delivered":
+            try:
+                receipt = await asyncio.to_thread(self.verify, state)
+            except (VerifierUnavailable, OSError) as exc:
+                self.stop(state.request.system, "harness", f"the verifier failed: {exc}")
+                return
+        self.write_final(state, receipt)

@@ -1,0 +1,166 @@
+"""The lanes: each system's lanes take their items in plan order, admit each, run its cells in arm
+order and then the reruns they ask for; an attempt is sent, metered, recorded and logged, or
+abandoned at the deadline or the ceiling (its spend then arrives as a late cost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from typing import Any
+
+from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.meter.cost import Cost, meter
+from harness.providers.base import Exchange, GenerationSettings, ProviderRequest
+from harness.providers.registry import adapter_for
+from harness.records.plan import PlanCell
+from harness.run.attempts import attempt_from_exchange, error_attempt
+from harness.run.finals import Finals
+from harness.run.ledger import CellState
+from harness.run.rules import classify, run_ended
+
+__all__ = ["Lanes"]
+
+
+class Lanes(Finals):
+    """Attempts and lanes (on the engine's state, writing finals)."""
+
+    # ---- records
+
+    def _append_attempt_locked(self, cell: PlanCell, record: dict[str, Any], lane: int) -> tuple[int, str]:
+        written = self.logs["attempts"].append(record)
+        self.attempt_lines += 1
+        line, sha = self.attempt_lines, sha256_hex(canonical_bytes(written))
+        body = {k: v for k, v in written.items() if k not in ("prev", "seed")}
+        self.ledger.cells[cell.run_id].attempts.setdefault(record["rerun"], []).append((line, body, sha))
+        self.attempts[cell.system] += 1
+        self._event_locked("attempt", system=cell.system, lane=lane, run_id=cell.run_id, rerun=record["rerun"],
+                           attempt=record["attempt"], attempts_line=line, attempt_sha256=sha,
+                           started=record["started"], ended=record["ended"], cost_usd=record["cost_usd"],
+                           **{"class": classify(record)})
+        self.ledger.logged_attempt_lines.add(line)
+        self._add_spend_locked(cell.system, record["cost_usd"])
+        return line, sha
+
+    # ---- attempts
+
+    def provider_request(self, r: PlanCell) -> ProviderRequest:
+        settings = GenerationSettings(
+            max_output_tokens=self.rules.max_output_tokens, temperature=self.s.design.arm(r.arm).temperature,
+            reasoning_effort=None if r.setting == "default" else r.setting,
+        )
+        built = adapter_for(r.api_shape).build_request(r.api_model, r.prompt, settings, self.s.base_urls[r.system])
+        return dataclasses.replace(built, body=r.body, body_sha256=r.request_sha256)  # the plan's exact bytes
+
+    def _meter(self, exchange: Exchange, system: str) -> Cost:
+        return meter(exchange.parsed.usage, self.s.prices[system])
+
+    async def attempt(self, state: CellState, lane: int) -> dict[str, Any] | None:
+        """Send the next attempt of the cell's current run; its record, or None when none may start."""
+        r, rerun, number = state.request, state.rerun, state.next_attempt()
+        request = self.provider_request(r)
+        model = self.s.models[r.system]
+        credential = os.environ.get(model.credential_env) if model.credential_env else None
+        with self.lock:
+            if self.halted(r.system):
+                return None
+            started = self.clock.now()
+        assert self.transport is not None and self.ceiling_event is not None
+        send = asyncio.ensure_future(self.transport.asend(request, credential))
+        ceiling = asyncio.ensure_future(self.ceiling_event.wait())
+        done, _ = await asyncio.wait({send, ceiling}, timeout=self.rules.attempt_deadline_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        ceiling.cancel()
+        if send in done:
+            exchange = send.result()
+            cost = self._meter(exchange, r.system)
+            record = attempt_from_exchange(r, number, exchange, cost)
+            with self.lock:
+                self.wire.append_exchange(exchange)
+                ended = self.clock.now()
+                record.update(rerun=rerun, started=started, ended=ended, latency_s=ended - started)
+                self._append_attempt_locked(r, record, lane)
+            return record
+        code = "budget_stop" if self.ceiling_event.is_set() else "AttemptDeadline"
+        self.abandoned.add(send)
+        send.add_done_callback(lambda task: self._late(task, r, rerun, number))
+        with self.lock:
+            ended = self.clock.now()
+            record = error_attempt(
+                r, number, error_code=code, started=started, ended=ended,
+                error_message=("the spending ceiling was crossed while the attempt was under way"
+                               if code == "budget_stop" else
+                               f"still running after the {self.rules.attempt_deadline_s} s deadline"),
+                cost=Cost(None, status="usage_unknown", reason="abandoned before a response arrived"),
+            )
+            record["rerun"] = rerun
+            self._append_attempt_locked(r, record, lane)
+        return record
+
+    def _late(self, task: asyncio.Task[Exchange], r: PlanCell, rerun: int, number: int) -> None:
+        self.abandoned.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            # It may still have been billed: unknown, counted as the reserve like every unknown cost.
+            with self.lock:
+                self._event_locked("late_cost", system=r.system, run_id=r.run_id, rerun=rerun, attempt=number,
+                                   cost_usd="unknown", cost_status="usage_unknown", wire_line=None)
+                self._add_spend_locked(r.system, "unknown")
+            return
+        exchange = task.result()
+        cost = self._meter(exchange, r.system)
+        with self.lock:
+            self.wire.append_exchange(exchange)
+            value: Any = "unknown" if cost.total is None else cost.total
+            self._event_locked("late_cost", system=r.system, run_id=r.run_id, rerun=rerun, attempt=number,
+                               cost_usd=value, cost_status=cost.status, wire_line=self.wire.appended)
+            self._add_spend_locked(r.system, value)
+
+    async def run_cell(self, state: CellState, lane: int) -> None:
+        """Run the cell's owed run to its end (transport retries included) and write its final."""
+        if state.standing:
+            return
+        if state.last_final is not None and state.last_final.action == "pause" and state.request.system in self.paused:
+            return
+        if state.unfinalised(self.rules.transport_retries):
+            await self.finish_run(state)
+            return
+        if state.finals and not state.current():
+            self.ensure_archives(state)
+        while True:
+            record = await self.attempt(state, lane)
+            if record is None:
+                return
+            self.report()
+            if run_ended(record, self.rules.transport_retries):
+                await self.finish_run(state)
+                self.report()
+                return
+
+    async def lane(self, system: str, lane: int, items: list[list[CellState]]) -> None:
+        self.event("lane", system=system, lane=lane, what="start", cause=None)
+        cause = "done"
+        for cells in items:
+            if all(c.standing for c in cells):
+                continue
+            if self.halted(system):
+                cause = "interrupt" if self.interrupted else ("paused" if system in self.paused else "stopped")
+                break
+            if not self.admit(system, cells[0].request.item, lane):
+                cause = "refused" if system in self.refused_before else "stopped"
+                self.report()
+                break
+            self.report()
+            try:
+                for c in cells:
+                    await self.run_cell(c, lane)
+                while not self.halted(system):  # reruns, in passes
+                    todo = [c for c in cells if c.last_final is not None and c.last_final.action == "rerun"]
+                    if not todo:
+                        break
+                    for c in todo:
+                        await self.run_cell(c, lane)
+            finally:
+                with self.lock:
+                    self.under_way[system] -= 1
+        self.event("lane", system=system, lane=lane, what="end", cause=cause)

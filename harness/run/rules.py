@@ -1,0 +1,116 @@
+"""The pure rules of a run: a run's class and action, when it ends, admission, and spend.
+
+Pure functions of records: the runner, the ledger and the oracle all apply them.
+See docs/run.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.evidence.money import sum_costs
+from harness.records.admission import Admission, CeilingState
+from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES
+
+__all__ = [
+    "INCONCLUSIVE_ITEMS_LIMIT", "AdmissionInputs", "action_for", "admission_decision", "admission_record",
+    "ceiling_total", "classify", "cost_for_spend", "run_ended",
+]
+
+INCONCLUSIVE_ITEMS_LIMIT: Final = 5
+"""A system stops when inconclusive failures have ended runs in more than this many items."""
+
+
+def classify(attempt: Mapping[str, Any]) -> str:
+    """The class of the attempt that ended a run: `delivered`, or its error code's class."""
+    if attempt.get("outcome") == "delivered":
+        return "delivered"
+    return ERROR_CLASSES[str(attempt["error_code"])]
+
+
+def action_for(cls: str, rerun: int, reruns: int) -> str:
+    """What a run's end asks for.
+
+    delivered, model: stand (a result). provider, inconclusive: rerun at once while
+    `rerun < reruns`, else stand (labelled by its class). operator: pause the
+    system's lanes (after `--resume-paused` the cell gets its next rerun).
+    harness, ceiling: stop the system's lanes (a later invocation reruns the cell
+    while reruns remain).
+    """
+    if cls in ("delivered", "model"):
+        return "stand"
+    if cls in ("provider", "inconclusive"):
+        return "rerun" if rerun < reruns else "stand"
+    if cls == "operator":
+        return "pause" if rerun < reruns else "stand"
+    if cls in ("harness", "ceiling"):
+        return "stop" if rerun < reruns else "stand"
+    raise ValueError(f"unknown class {cls!r}")
+
+
+def run_ended(attempt: Mapping[str, Any], transport_retries: int) -> bool:
+    """Whether `attempt` ends its run: delivered, a non-transport error, or the last transport retry."""
+    if attempt.get("outcome") == "delivered":
+        return True
+    return attempt["error_code"] not in TRANSPORT_CODES or int(attempt["attempt"]) >= transport_retries + 1
+
+
+@dataclass(frozen=True)
+class AdmissionInputs:
+    """What one admission decision is made from (all logged with it)."""
+
+    system: str
+    item: str
+    lane: int
+    finished_usd: float
+    reserve_usd: float
+    under_way: int
+    cap_usd: float
+    refused_before: bool
+    total_usd: float
+    ceiling_usd: float
+    crossed: bool
+
+    @property
+    def projected_usd(self) -> float:
+        return self.finished_usd + self.reserve_usd * self.under_way
+
+
+def admission_decision(inputs: AdmissionInputs) -> tuple[str, str]:
+    """(decision, reason): refuse after a refusal, after the ceiling's crossing, or past the cap."""
+    if inputs.refused_before:
+        return "refuse", "refused_before"
+    if inputs.crossed:
+        return "refuse", "ceiling_crossed"
+    if inputs.projected_usd > inputs.cap_usd:
+        return "refuse", "over_cap"
+    return "admit", "within_cap"
+
+
+def admission_record(inputs: AdmissionInputs, at: float) -> Admission:
+    """The `admission.v1` record for `inputs` (decision included)."""
+    decision, reason = admission_decision(inputs)
+    return Admission(
+        system=inputs.system, item=inputs.item, lane=inputs.lane, finished_usd=inputs.finished_usd,
+        reserve_usd=inputs.reserve_usd, under_way=inputs.under_way, projected_usd=inputs.projected_usd,
+        cap_usd=inputs.cap_usd, refused_before=inputs.refused_before,
+        ceiling=CeilingState(inputs.total_usd, inputs.ceiling_usd, inputs.crossed),
+        decision=decision, reason=reason, at=at,
+    )
+
+
+def cost_for_spend(cost_usd: Any, reserve_usd: float) -> float:
+    """What a recorded cost adds to spend: the number, or the reserve when it is "unknown"."""
+    return reserve_usd if cost_usd == "unknown" else float(cost_usd)
+
+
+def ceiling_total(spend_before_usd: float, parts: Mapping[str, Sequence[float]]) -> float:
+    """The ceiling's total: one exact (`math.fsum`) sum of spend before and every system's spend parts.
+
+    Summing the systems' own rounded sums instead would round twice, and the ceiling's
+    crossing would then depend on how the spend is split between systems. An overflow is
+    refused (`cost_overflow`).
+    """
+    return sum_costs([spend_before_usd, *(p for system_parts in parts.values() for p in system_parts)])

@@ -1,0 +1,158 @@
+"""The runner's upkeep: host samples, anchors (and their background push), signals, and the repair
+of what a crash left between appends.
+
+Signals: the first SIGINT/SIGTERM stops every system (cause `interrupt`); attempts
+in flight finish and are saved. The second exits at once with 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from harness.run import anchor_push
+from harness.run import anchors as anchors_mod
+from harness.run import host as host_mod
+from harness.run.lanes import Lanes
+from harness.run.layout import log_seed
+from harness.run.rules import classify
+
+__all__ = ["Upkeep", "deferred_signals"]
+
+
+class Upkeep(Lanes):
+    """Host samples, anchors, signals and crash repair (on the engine's state)."""
+
+    # ---- host, anchors, signals
+
+    async def sampler(self) -> None:
+        failing_since: float | None = None
+        while True:
+            await asyncio.sleep(host_mod.SAMPLE_EVERY_S)
+            ok = self.sample("periodic")
+            now = asyncio.get_running_loop().time()
+            if ok:
+                failing_since = None
+            elif failing_since is None:
+                failing_since = now
+            elif now - failing_since >= host_mod.SAMPLER_FAIL_S:
+                self.stop(None, "sampler", "the host sampler failed for five minutes")
+
+    def sample(self, reason: str) -> bool:
+        with self.lock:
+            record = host_mod.host_sample(self.clock.now(), reason, self.s.folder)
+            self.logs["host"].append(record)
+        return not host_mod.sample_failed(record)
+
+    async def anchorer(self) -> None:
+        while True:
+            await asyncio.sleep(anchors_mod.ANCHOR_EVERY_S)
+            self.anchor("periodic")
+
+    def anchor(self, reason: str) -> None:
+        f = self.s.folder
+        logs = {name: (os.path.join(f, f"{name}.jsonl"), log_seed(self.study, self.stage, name))
+                for name in ("attempts", "finals", "run", "admission", "host", "wire")}
+        manifests = {"plan.jsonl": os.path.join(f, "plan.jsonl"),
+                     "FROZEN.json": os.path.join(self.s.frozen.path, "FROZEN.json"), "pricing": self.s.pricing_path}
+        with self.lock:
+            record = self.logs["anchors"].append(anchors_mod.anchor_record(self.clock.now(), reason, logs, manifests))
+            remote = self.s.design.run.anchor_remote
+            if remote is None:
+                return
+            # The snapshot is taken under the lock, so no half-written line is pushed.
+            clone = anchor_push.clone_path(f)
+            snapshot = f"{clone}.snapshot-{record['prev'][:12]}"
+            anchor_push.take_snapshot(f, snapshot)
+        thread = threading.Thread(
+            target=self._push_anchor, args=(snapshot, remote, clone, reason), name="proctor-anchor", daemon=True
+        )
+        thread.start()
+        self.pushes.append(thread)
+
+    def _push_anchor(self, snapshot: str, remote: str, clone: str, reason: str) -> None:
+        """Commit and push one snapshot in the background; the outcome goes to the run log."""
+        design = self.s.design
+        target = f"{self.study}/{self.stage}"
+        if not os.path.isabs(remote) and "://" not in remote:
+            remote = os.path.normpath(os.path.join(os.path.dirname(design.path), remote))
+        try:
+            outcome = anchor_push.push_snapshot(
+                snapshot, remote, target, label=reason, clone=clone, timeout_s=design.run.anchor_timeout_s
+            )
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+        self.event("anchor_push", reason=reason, **outcome)
+
+    def join_pushes(self) -> None:
+        """Wait for background anchor pushes (each bounded by its own timeout)."""
+        for thread in self.pushes:
+            thread.join(self.s.design.run.anchor_timeout_s * 4 + 5)
+
+    def take_pending_signals(self) -> None:
+        """Log the signals that arrived outside the event loop, as if they arrived now."""
+        pending, self.pending_signals = self.pending_signals, []
+        for signum in pending:
+            self.on_signal(signum)
+
+    def on_signal(self, signum: int) -> None:
+        self.signals += 1
+        with self.lock:
+            self._event_locked("signal", signum=signum, count=self.signals)
+            if self.signals >= 2:
+                os._exit(128 + signum)
+            self.interrupted = True
+            self._stop_locked(None, "interrupt", f"signal {signum}")
+
+    def recover(self) -> None:
+        """Repair what a crash left between appends: attempt lines missing from run.jsonl, and the pause
+        event of a pause final (logged `recovered: true`)."""
+        with self.lock:
+            for c in self.ledger.cells.values():
+                for runs in c.attempts.values():
+                    for line, rec, sha in runs:
+                        if line not in self.ledger.logged_attempt_lines:
+                            self._event_locked("attempt", system=c.request.system, lane=c.request.lane,
+                                               run_id=c.request.run_id, rerun=rec["rerun"], attempt=rec["attempt"],
+                                               attempts_line=line, attempt_sha256=sha, started=rec["started"],
+                                               ended=rec["ended"], cost_usd=rec["cost_usd"], recovered=True,
+                                               **{"class": classify(rec)})
+                            self.ledger.logged_attempt_lines.add(line)
+            # A pause final whose pause event a crash cut off: the system stays paused all the same.
+            for c in self.ledger.cells.values():
+                last = c.last_final
+                if last is None or last.action != "pause" or any(
+                        e["event"] == "pause" and e.get("run_id") == c.request.run_id
+                        and float(e["at"]) >= last.at for e in self.ledger.run_events):
+                    continue
+                self._event_locked("pause", system=c.request.system, run_id=c.request.run_id,
+                                   error_code=last.error_code, recovered=True)
+                self.paused.add(c.request.system)
+
+
+@contextlib.contextmanager
+def deferred_signals(engine: Upkeep) -> Iterator[None]:
+    """Outside the event loop (start and end of an invocation): a first SIGINT/SIGTERM is
+    remembered and logged by `take_pending_signals`, a second exits at once with 128+signum,
+    as inside the loop. Without this a signal there would kill the run by the default action."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        engine.pending_signals.append(signum)
+        if engine.signals + len(engine.pending_signals) >= 2:
+            os._exit(128 + signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
