@@ -51,11 +51,11 @@ def test_a_receipt_made_before_fingerprints_and_sandboxes_were_recorded_still_re
     ("change", "says"),
     [
         (lambda r: r.pop("passed"), "missing passed"),
-        (lambda r: r.update(extra=1), "unknown extra"),
-        (lambda r: r.update(passed="yes"), "passed must be true or false"),
-        (lambda r: r.update(dispatch_seq=True), "dispatch_seq must be an integer"),
-        (lambda r: r.update(tampered_paths=[1]), "tampered_paths must be a list of strings"),
-        (lambda r: r.update(schema="proctor-receipt.v0"), "schema must be proctor-receipt.v1"),
+        (lambda r: r.update(extra=1), "unknown field extra"),
+        (lambda r: r.update(passed="yes"), "passed 'yes' is not true or false"),
+        (lambda r: r.update(dispatch_seq=True), "dispatch_seq True is not an integer"),
+        (lambda r: r.update(tampered_paths=[1]), "tampered_paths [1] is not a list, each a string"),
+        (lambda r: r.update(schema="proctor-receipt.v0"), "is not 'proctor-receipt.v1'"),
     ],
 )
 def test_a_receipt_is_read_strictly(change: Any, says: str) -> None:
@@ -96,7 +96,7 @@ def test_a_task_record_row_reads_back_to_the_same_keys_in_the_same_order(row: di
 def test_a_task_record_row_is_read_strictly() -> None:
     with pytest.raises(Refusal) as caught:
         TaskRecord.from_json({**NONE_ROW, "wire_logs": []}, "task-record.jsonl")
-    assert caught.value.code == "log_record_invalid" and "unknown wire_logs" in caught.value.message
+    assert caught.value.code == "log_record_invalid" and "unknown field wire_logs" in caught.value.message
     with pytest.raises(Refusal, match="missing by_model"):
         TaskRecord.from_json({k: v for k, v in WIRE_ROW.items() if k != "by_model"})
 
@@ -109,7 +109,7 @@ def test_an_item_receipt_is_built_from_the_record_type_and_reads_back() -> None:
     )  # fmt: skip
     assert receipt["schema"] == ITEM_RECEIPT_SCHEMA
     assert ItemReceipt.from_json(receipt).to_json() == receipt
-    with pytest.raises(Refusal, match="unknown run_id"):
+    with pytest.raises(Refusal, match="unknown field run_id"):
         ItemReceipt.from_json({**receipt, "run_id": "x"})
 
 
@@ -180,10 +180,10 @@ def test_an_older_verify_event_without_fingerprint_or_sandbox_still_reads() -> N
     ("line", "says"),
     [
         ({"event": "nope"}, "unknown journal event"),
-        ({**LINES[11], "extra": 1}, "unknown extra"),
+        ({**LINES[11], "extra": 1}, "unknown field extra"),
         ({"event": "ack"}, "missing dispatch_id"),
-        ({**LINES[12], "line": "1"}, "line has the wrong type"),
-        ({**LINES[8], "passed": 1}, "passed has the wrong type"),
+        ({**LINES[12], "line": "1"}, "line '1' is not an integer"),
+        ({**LINES[8], "passed": 1}, "passed 1 is not true or false"),
     ],
 )
 def test_a_journal_line_is_read_strictly(line: dict[str, Any], says: str) -> None:

@@ -3,19 +3,20 @@
 A journal line is `{"event": KIND, **fields, "t", "at"}` plus the chain's
 `prev` (and `seed` on the first line). `fields()` gives an event's own
 fields (keys in `OPTIONAL` are left out when None); `event_from_json`
-reads a line back strictly into its kind's type. Keys that older journals
-lack (`LEGACY`) read as None.
+reads a line back strictly into its kind's type (the shape its fields
+declare, `harness.records._derive`). Keys that older journals lack
+(`LEGACY`) read as None.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from harness.errors import Refusal
+from harness.records._derive import read, write
+from harness.records._shape import CHAIN_KEYS
 
 __all__ = [
     "EVENT_TYPES",
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 _ENVELOPE: Final = ("event", "t", "at")
-_CHAIN: Final = ("prev", "seed")
 
 
 class JournalEvent:
@@ -49,17 +49,10 @@ class JournalEvent:
 
     def fields(self) -> dict[str, Any]:
         """The event's own fields in declaration order, tuples as lists."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if value is None and f.name in self.OPTIONAL:
-                continue
-            out[_key(f.name)] = list(value) if isinstance(value, tuple) else value
-        return out
+        return write(self, _RENAME, self.OPTIONAL)
 
 
-def _key(name: str) -> str:
-    return {"from_lane": "from", "to_lane": "to"}.get(name, name)
+_RENAME: Final = {"from_lane": "from", "to_lane": "to"}
 
 
 @dataclass(frozen=True)
@@ -227,28 +220,6 @@ _MODEL_KEYS: Final = ("model", "api_model", "provider", "api_shape", "pricing_ke
 _PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s", "process_tracking")
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value has the declared type (no coercion; a bool is not a number)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin is typing.Union or origin is types.UnionType:
-        return any(_fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is tuple:
-        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
-    if origin is dict:
-        return isinstance(value, dict)
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
 def event_from_json(line: object, path: str | None = None) -> JournalEvent:
     """Read one journal line strictly into its kind's type; `log_record_invalid` names the problem."""
     if not isinstance(line, dict):
@@ -257,25 +228,13 @@ def event_from_json(line: object, path: str | None = None) -> JournalEvent:
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise Refusal("log_record_invalid", f"unknown journal event {kind!r}", path)
-    body = {k: v for k, v in line.items() if k not in _ENVELOPE and k not in _CHAIN}
+    body = {k: v for k, v in line.items() if k not in _ENVELOPE and k not in CHAIN_KEYS}
     if cls is DispatchStart:
         model = {k: body.pop(k) for k in _MODEL_KEYS if k in body}
         body["model"] = model or None
     elif cls is DispatchEnd:
         process = {k: body.pop(k) for k in _PROCESS_KEYS if k in body}
         body["process"] = process or None
-    hints = typing.get_type_hints(cls)
-    names = {f.name: _key(f.name) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values: dict[str, Any] = {}
-    for name, key in names.items():
-        field = next(f for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
-        has_default = field.default is not dataclasses.MISSING
-        if key not in body and not (has_default or name in cls.LEGACY):
-            raise Refusal("log_record_invalid", f"journal event {kind}: missing {key}", path)
-        value = body.pop(key, field.default if has_default else None)
-        if not _fits(value, hints[name]):
-            raise Refusal("log_record_invalid", f"journal event {kind}: {key} has the wrong type", path)
-        values[name] = tuple(value) if isinstance(value, list) else value
-    if body:
-        raise Refusal("log_record_invalid", f"journal event {kind}: unknown {', '.join(sorted(body))}", path)
-    return cls(**values)
+    defaulted = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
+    optional = frozenset(_RENAME.get(n, n) for n in cls.LEGACY | cls.OPTIONAL | defaulted)
+    return read(cls, body, code="log_record_invalid", path=path, optional=optional, rename=_RENAME)

@@ -8,19 +8,26 @@ today's order; `from_json` reads a row back strictly (chain fields aside).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.records._typed import Fields
+from harness.records._shape import (
+    CHAIN_KEYS,
+    INT,
+    OPT_STR,
+    STR,
+    Field,
+    Fields,
+    Shape,
+    is_num,
+    kind_is,
+    one_of,
+)
 
 __all__ = ["RECORD_SCHEMA", "TaskRecord", "WireMetering"]
 
 RECORD_SCHEMA: Final = "proctor-task-record.v1"
-_BASE: Final = ("schema", "task_id", "task_sha256", "lane", "initial_lane", "lane_switches", "dispatches", "receipt",
-                "accept", "metering", "wire_source", "tokens", "cost", "known_cost", "cost_status", "usage_unknown",
-                "price_unknown")  # fmt: skip
-_WIRE: Final = ("wire_logs", "pricing", "exchanges", "errors_unbilled", "not_metered", "by_model")
-_CHAIN: Final = ("prev", "seed")
 
 
 @dataclass(frozen=True)
@@ -87,43 +94,42 @@ class TaskRecord:
         return out
 
     @classmethod
-    def from_json(cls, obj: object, path: str | None = None) -> TaskRecord:
+    def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> TaskRecord:
         """Read a row strictly (its chain fields `prev` and `seed` aside); `log_record_invalid` otherwise."""
-        f = Fields(obj, "log_record_invalid", path, "task record row")
-        if f.obj.get("schema") != RECORD_SCHEMA:
-            raise f.bad("schema", RECORD_SCHEMA)
-        kind = f.text("metering")
-        wired = kind == "wire"
-        f.keys(_BASE + (_WIRE if wired else ()), ("note", "unmetered_dispatch_ids", *_CHAIN))
-        ids = f.obj.get("unmetered_dispatch_ids")
-        switches = f.obj.get("lane_switches")
-        if not isinstance(switches, list) or not all(isinstance(s, dict) for s in switches):
-            raise f.bad("lane_switches", "a list of objects")
-        wire = None
-        if wired:
-            logs = f.obj.get("wire_logs")
-            if not isinstance(logs, list) or not all(isinstance(s, dict) for s in logs):
-                raise f.bad("wire_logs", "a list of objects")
-            wire = WireMetering(tuple(logs), f.object("pricing"), f.integer("exchanges"), f.integer("errors_unbilled"),
-                                f.integer("not_metered"), f.object("by_model"))  # fmt: skip
+        checked = Fields(obj, None, path, "log_record_invalid")
+        checked.shape({"schema": kind_is(RECORD_SCHEMA), "metering": one_of("wire", "flat_rate", "none")})
+        wired = obj["metering"] == "wire"
+        shape = {**_ROW, **(_WIRE if wired else {})}
+        extra = frozenset(obj) & _OPTIONAL
+        checked.keys(frozenset(shape), ignore=CHAIN_KEYS | extra)
+        checked.shape({**shape, **{k: v for k, v in _OPTIONAL_SHAPE.items() if k in extra}})
+        ids = obj.get("unmetered_dispatch_ids")
+        row: dict[str, Any] = {k: tuple(obj[k]) if k == "lane_switches" else obj[k] for k in _ROW if k != "schema"}
+        wire: dict[str, Any] = {k: tuple(obj[k]) if k == "wire_logs" else obj[k] for k in _WIRE if wired}
         return cls(
-            task_id=f.text("task_id"),
-            task_sha256=f.text("task_sha256"),
-            lane=f.text("lane"),
-            initial_lane=f.text("initial_lane"),
-            lane_switches=tuple(switches),
-            dispatches=f.object("dispatches"),
-            receipt=f.obj_or_none("receipt"),
-            accept=f.object("accept"),
-            metering=kind,
-            wire_source=f.opt_text("wire_source"),
-            tokens=f.obj_or_none("tokens"),
-            cost=f.opt_number("cost"),
-            known_cost=f.opt_number("known_cost"),
-            cost_status=f.text("cost_status"),
-            usage_unknown=f.integer("usage_unknown"),
-            price_unknown=f.integer("price_unknown"),
-            wire=wire,
-            note=f.opt_text("note"),
-            unmetered_dispatch_ids=None if ids is None else f.texts("unmetered_dispatch_ids"),
+            **row,
+            wire=WireMetering(**wire) if wired else None,
+            note=obj.get("note"),
+            unmetered_dispatch_ids=None if ids is None else tuple(ids),
         )
+
+
+_OBJ: Final = Field("an object", lambda v: isinstance(v, dict))
+_OPT_OBJ: Final = Field("an object or null", lambda v: v is None or isinstance(v, dict))
+_OPT_NUM: Final = Field("a number or null", lambda v: v is None or is_num(v))
+_OBJECTS: Final = Field("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v))
+_ROW: Final[Shape] = {
+    "schema": kind_is(RECORD_SCHEMA), "task_id": STR, "task_sha256": STR, "lane": STR, "initial_lane": STR,
+    "lane_switches": _OBJECTS, "dispatches": _OBJ, "receipt": _OPT_OBJ, "accept": _OBJ,
+    "metering": one_of("wire", "flat_rate", "none"), "wire_source": OPT_STR, "tokens": _OPT_OBJ, "cost": _OPT_NUM,
+    "known_cost": _OPT_NUM, "cost_status": STR, "usage_unknown": INT, "price_unknown": INT,
+}  # fmt: skip
+"""The fields of every row (JSON names) and what each must be."""
+_WIRE: Final[Shape] = {"wire_logs": _OBJECTS, "pricing": _OBJ, "exchanges": INT, "errors_unbilled": INT,
+                       "not_metered": INT, "by_model": _OBJ}  # fmt: skip
+"""The fields a `wire` row adds."""
+_OPTIONAL_SHAPE: Final[Shape] = {
+    "note": STR,
+    "unmetered_dispatch_ids": Field("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
+_OPTIONAL: Final = frozenset(_OPTIONAL_SHAPE)
