@@ -19,12 +19,11 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from study_fixtures import prereg, sim_servers, system, urls
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests.support`
 
 from harness.run.attempts import read_plan
 from harness.run.runner import run_stage
+from tests.support.study import prereg, sim_servers, system, urls
 
 ITEMS = 60
 

@@ -1,0 +1,77 @@
+"""The tests mirror the packages: tests/<package>/test_<module>.py, helpers in tests/support/.
+
+No test file lies directly in tests/ (only conftest.py and __init__.py), every
+test folder is a package, and no test module imports another test module or
+conftest: shared helpers live in tests/support/ and fixtures reach the tests
+through conftest's `pytest_plugins`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+TESTS = REPO / "tests"
+DATA = {"fixtures", "__pycache__"}
+"""Folders under tests/ that hold data (hostile workers, recorded responses), not test code."""
+EXTRA = {"e2e", "root", "support", "bench"}
+"""Test folders that mirror no package: end-to-end runs, the root modules, helpers, benchmarks."""
+
+
+def _code_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if not DATA & set(p.relative_to(TESTS).parts[:-1]))
+
+
+def _imported(path: Path) -> list[str]:
+    """Every module `path` imports, relative imports resolved against its package."""
+    package = ".".join(path.relative_to(REPO).parts[:-1])
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            out.append(base)
+            out += [f"{base}.{alias.name}" for alias in node.names]
+    return out
+
+
+def _is_test_module(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("test_") or last == "conftest"
+
+
+def test_no_test_file_lies_directly_in_tests() -> None:
+    loose = sorted(p.name for p in TESTS.glob("*.py") if p.name not in {"conftest.py", "__init__.py"})
+    assert loose == [], f"move these into tests/<package>/ or tests/e2e/: {loose}"
+
+
+def test_test_folders_mirror_the_packages_and_are_packages() -> None:
+    packages = {p.parent.name for p in (REPO / "harness").glob("*/__init__.py")}
+    for folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name not in DATA and not p.name.startswith(".")):
+        assert folder.name in packages | EXTRA, f"tests/{folder.name}/ mirrors no package of harness/"
+        assert (folder / "__init__.py").is_file(), f"tests/{folder.name}/ needs an __init__.py"
+
+
+def test_no_test_module_imports_another_test_module_or_conftest() -> None:
+    found = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in _code_files()
+        for name in _imported(path)
+        if _is_test_module(name)
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_checker_sees_test_module_imports() -> None:
+    assert _is_test_module("test_design")
+    assert _is_test_module("tests.prereg.test_design")
+    assert _is_test_module("conftest")
+    assert _is_test_module("tests.conftest")
+    assert not _is_test_module("tests.support.design")
+    assert not _is_test_module("harness.run.attempts")

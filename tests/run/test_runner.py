@@ -1,0 +1,194 @@
+"""The interleaved study runner (`harness.run.runner.run_stage`) against the real simulator.
+
+A tiny frozen preregistration (6 HumanEval items, systems at skill 1.0 and 0.0)
+runs against `proctor sim serve` started with the HumanEval answers file, so a
+skill-1.0 system delivers correct programs and the warm verifier passes them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import Refusal
+from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.evidence.lock import InvocationLock
+from harness.run.runner import run_stage
+from tests.support.paths import REPO
+from tests.support.study import Sim, logs, prereg, system, urls
+
+
+def test_a_clean_run_stands_every_cell_with_verified_receipts(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    seen: list[Any] = []
+    summary = run_stage(prereg(tmp_path), "A", tmp_path / "results", base_urls=urls(url), progress=seen.append)
+    assert summary.exit_code == 0 and summary.complete, summary.to_json()
+    folder = Path(summary.folder)
+    assert folder == tmp_path / "results" / "rt" / "A"
+    got = logs(folder)
+    finals = got["finals"]
+    assert len(finals) == 12 and all(f["action"] == "stand" and f["class"] == "delivered" for f in finals)
+    passed = {f["system"]: set() for f in finals}
+    for f in finals:
+        passed[f["system"]].add(f["passed"])
+        receipt = (folder / f["receipt"]).read_bytes()
+        assert sha256_hex(receipt) == f["receipt_sha256"]
+        assert json.loads(receipt)["schema"] == "proctor-item-receipt.v1"
+    assert passed == {"good": {True}, "bad": {False}}
+    # every attempt has one run-log line that hashes as logged
+    lines = [canonical_bytes(r) for r in got["attempts"]]
+    logged = [e for e in got["run"] if e["event"] == "attempt"]
+    assert sorted(e["attempts_line"] for e in logged) == list(range(1, len(lines) + 1))
+    assert all(sha256_hex(lines[e["attempts_line"] - 1]) == e["attempt_sha256"] for e in logged)
+    assert all(a["decision"] == "admit" for a in got["admission"]) and len(got["admission"]) == 12
+    assert got["host"] and got["anchors"][-1]["reason"] == "end"
+    assert (folder / "wire.jsonl").exists() and (folder / "plan.jsonl").exists()
+    assert seen and seen[-1].systems[0].standing == 6
+    # lanes take items in plan order: per lane, admissions follow lane_position
+    # a second invocation finds everything standing and sends nothing
+    again = run_stage(tmp_path / "prereg" / "rt", "A", tmp_path / "results", base_urls=urls(url))
+    assert again.exit_code == 0 and len(logs(folder)["attempts"]) == len(lines)
+
+
+def test_a_provider_error_is_rerun_with_its_final_archived(tmp_path: Path, sim: Sim) -> None:
+    # the simulator decides each failure from (seed, system, item, n): with 0.5 some first requests fail
+    url = sim([system("sim-flash", 1.0, server_error=0.5), system("sim-glm", 0.0)])
+    summary = run_stage(prereg(tmp_path), "A", tmp_path / "results", base_urls=urls(url))
+    folder = Path(summary.folder)
+    finals = logs(folder)["finals"]
+    reruns = [f for f in finals if f["action"] == "rerun"]
+    assert reruns and all(f["class"] == "provider" and f["error_code"] == "server_error" for f in reruns)
+    replacing = [f for f in finals if f["replaced"]]
+    assert replacing
+    for f in replacing:
+        for entry in f["replaced"]:
+            data = (folder / entry["archive"]).read_bytes()
+            assert sha256_hex(data) == entry["sha256"]
+            old = json.loads(data)
+            assert old["run_id"] == f["run_id"] and old["rerun"] == entry["rerun"]
+        assert len(f["replaced"]) == f["rerun"]
+    attempts = logs(folder)["attempts"]
+    assert max(a["rerun"] for a in attempts) >= 1
+
+
+def test_admission_refuses_at_a_tiny_cap_and_keeps_refusing(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    summary = run_stage(prereg(tmp_path, caps=(0.015, 1.0), reserve=0.01), "A", tmp_path / "results",
+                        base_urls=urls(url))
+    assert summary.exit_code == 1 and not summary.complete
+    adm = [a for a in logs(Path(summary.folder))["admission"] if a["system"] == "good"]
+    refused = [a for a in adm if a["decision"] == "refuse"]
+    assert refused and refused[0]["reason"] == "over_cap"
+    first = adm.index(refused[0])
+    assert all(a["decision"] == "refuse" for a in adm[first:])
+    for a in adm:
+        assert (a["decision"] == "admit") == (not a["refused_before"] and not a["ceiling"]["crossed"]
+                                               and a["finished_usd"] + a["reserve_usd"] * a["under_way"]
+                                               <= a["cap_usd"])
+    bad = [a for a in logs(Path(summary.folder))["admission"] if a["system"] == "bad"]
+    assert all(a["decision"] == "admit" for a in bad)
+
+
+def test_crossing_the_ceiling_stops_everything(tmp_path: Path, sim: Sim) -> None:
+    # the cheap, fast system crosses the ceiling while the slow one's first attempts are under way
+    url = sim([system("sim-flash", 1.0, latency=0.05), system("sim-glm", 0.0, latency=2.0)], latency_scale=1.0)
+    summary = run_stage(prereg(tmp_path, overall=0.0003, margin=0.0, reserve=0.00001), "A", tmp_path / "results",
+                        base_urls=urls(url))
+    assert summary.exit_code == 1
+    got = logs(Path(summary.folder))
+    ceiling = [e for e in got["run"] if e["event"] == "ceiling"]
+    assert {e["system"] for e in ceiling} == {"good", "bad"}
+    crossed_at = ceiling[0]["crossed_at"]
+    assert {s["cause"] for s in summary.stops} == {"ceiling"}
+    assert all(a["started"] <= crossed_at for a in got["attempts"])
+    assert any(a.get("error_code") == "budget_stop" for a in got["attempts"])
+    assert all(a["at"] <= crossed_at or a["decision"] == "refuse" for a in got["admission"])
+
+
+def test_an_attempt_past_its_deadline_stops_the_system(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0, latency=3.0)], latency_scale=1.0)
+    summary = run_stage(prereg(tmp_path, deadline=1, items=2), "A", tmp_path / "results", base_urls=urls(url))
+    assert summary.exit_code == 1
+    got = logs(Path(summary.folder))
+    late = [a for a in got["attempts"] if a.get("error_code") == "AttemptDeadline"]
+    assert late and all(a["cost_usd"] == "unknown" for a in late)
+    assert {"system": "bad", "cause": "deadline"} in [{k: s[k] for k in ("system", "cause")} for s in summary.stops]
+    assert [e for e in got["run"] if e["event"] == "late_cost"]  # the abandoned request's spend, later
+    good = [f for f in got["finals"] if f["system"] == "good"]
+    assert len(good) == 2 and all(f["action"] == "stand" for f in good)
+
+
+def test_resume_after_a_stop_continues_without_double_counting(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    folder_p = prereg(tmp_path, caps=(0.015, 1.0))
+    first = run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url))
+    assert first.exit_code == 1
+    spend_before = {s.system: s.spend_usd for s in first.progress.systems}
+    n = len(logs(Path(first.folder))["attempts"])
+    dry = run_stage(folder_p, "A", tmp_path / "results", dry_run=True, base_urls=urls(url))
+    assert {s.system: s.spend_usd for s in dry.progress.systems} == spend_before
+    # a refusal persists: the rerun continues from the files and sends nothing more for the refused system
+    second = run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url))
+    assert {s.system: s.spend_usd for s in second.progress.systems} == spend_before
+    assert len(logs(Path(first.folder))["attempts"]) == n
+
+
+def test_resume_after_an_interrupted_run_finishes_it(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    folder_p = prereg(tmp_path)
+    results = tmp_path / "results"
+    # simulate a crash: run fully, then cut the finals log back to its first 3 lines
+    summary = run_stage(folder_p, "A", results, base_urls=urls(url))
+    folder = Path(summary.folder)
+    finals = (folder / "finals.jsonl").read_bytes().splitlines(keepends=True)
+    (folder / "finals.jsonl").write_bytes(b"".join(finals[:3]))
+    costs = {s.system: s.spend_usd for s in summary.progress.systems}
+    n = len(logs(folder)["attempts"])
+    again = run_stage(folder_p, "A", results, base_urls=urls(url))
+    assert again.exit_code == 0
+    assert len(logs(folder)["attempts"]) == n  # finals re-derived from the saved attempts, no new call
+    assert {s.system: s.spend_usd for s in again.progress.systems} == costs
+
+
+def test_a_second_invocation_is_refused_while_the_first_holds_the_folder(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    folder_p = prereg(tmp_path)
+    stage_dir = tmp_path / "results" / "rt" / "A"
+    stage_dir.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from harness.evidence.lock import InvocationLock\n"
+        f"lock = InvocationLock({str(stage_dir / '.invocation.lock')!r}); lock.acquire()\n"
+        "print('held', flush=True); time.sleep(30)")], cwd=REPO, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        with pytest.raises(Refusal) as caught:
+            run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url))
+        assert caught.value.code == "invocation_locked"
+    finally:
+        holder.kill()
+        holder.wait()
+    with InvocationLock(stage_dir / ".invocation.lock"):
+        pass
+
+
+def test_a_dry_run_makes_no_provider_call(tmp_path: Path, sim: Sim) -> None:
+    folder_p = prereg(tmp_path)
+    dead = "http://127.0.0.1:9/v1"  # nothing listens: any call would fail
+    summary = run_stage(folder_p, "A", tmp_path / "results", dry_run=True, base_urls=urls(dead))
+    assert summary.mode == "dry_run" and summary.exit_code == 1
+    assert len(summary.cells) == 12 and all(c["next"] == {"rerun": 0, "attempt": 1} for c in summary.cells)
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+def test_preflight_reports_an_unreachable_endpoint(tmp_path: Path, sim: Sim) -> None:
+    folder_p = prereg(tmp_path)
+    bad = run_stage(folder_p, "A", tmp_path / "results", preflight=True, base_urls=urls("http://127.0.0.1:9/v1"))
+    assert bad.exit_code == 1 and [p["check"] for p in bad.problems] == ["endpoint"]
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    good = run_stage(folder_p, "A", tmp_path / "results", preflight=True, base_urls=urls(url))
+    assert good.exit_code == 0, good.problems
