@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from harness.analysis.study import analyze_study
     from harness.audit.audit import audit_results
     from harness.audit.report import build_report
-    from harness.errors import Refusal
+    from harness.errors import Code, Refusal
     from harness.notebooks.analyze import analyze_results
     from harness.notebooks.batch import run_batch
     from harness.prereg.freeze import amend, check_prereg, freeze
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 # Where each public name lives: the one table `__getattr__` reads.
 _PUBLIC: dict[str, str] = {
+    "Code": "harness.errors",
     "Refusal": "harness.errors",
     "amend": "harness.prereg.freeze",
     "analyze_results": "harness.notebooks.analyze",
@@ -41,6 +42,7 @@ _PUBLIC: dict[str, str] = {
 }
 
 __all__ = [
+    "Code",
     "Refusal",
     "__version__",
     "amend",

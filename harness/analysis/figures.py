@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, LogRefusal
 from harness.evidence.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _save(fig: Figure, stem: PathArg) -> list[str]:
             atomic_write(path, buffer.getvalue(), mode=0o644)
             paths.append(path)
     except OSError as exc:
-        raise Refusal("file_unwritable", exc.strerror or str(exc), path) from None
+        raise LogRefusal(Code.FILE_UNWRITABLE, exc.strerror or str(exc), path) from None
     return paths
 
 

@@ -64,7 +64,7 @@ from harness.analysis.frame_tables import (
 )
 from harness.audit.report import build_report
 from harness.audit.results import StudyResults, open_study
-from harness.errors import Refusal
+from harness.errors import Code, LogRefusal, Refusal
 from harness.evidence.chain import verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
@@ -153,7 +153,7 @@ def _version(name: str) -> str | None:
 def _log_row(name: str, path: str, rel: str, seed: str, kind: str) -> dict[str, Any]:
     status = verify_log(path, seed)
     if status.problem is not None:
-        code = "log_torn_tail" if status.problem.kind == "torn_tail" else "log_broken"
+        code = Code.LOG_TORN_TAIL if status.problem.kind == "torn_tail" else Code.LOG_BROKEN
         raise Refusal(code, status.problem.message, path, line=status.problem.line, kind=status.problem.kind)
     return {"name": name, "path": rel, "lines": status.lines, "head": status.head, "kind": kind}
 
@@ -251,5 +251,5 @@ def write_tables(analysis: StudyAnalysis, out_dir: PathArg) -> dict[str, str]:
             atomic_write(path, table_csv(frame), mode=0o644)
             written[name] = path
     except OSError as exc:
-        raise Refusal("file_unwritable", exc.strerror or str(exc), path) from None
+        raise LogRefusal(Code.FILE_UNWRITABLE, exc.strerror or str(exc), path) from None
     return written

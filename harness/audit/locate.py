@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness.audit.results import find_prereg, find_stages, open_study, stage_folders
-from harness.errors import Refusal
+from harness.errors import AuditRefusal, Code, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root
 from harness.prereg.design import Design, load_design
@@ -44,14 +44,14 @@ def locate(path: PathArg, prereg: PathArg | None, root: PathArg | None) -> Locat
     """The study at `path` (RESULTS, RESULTS/<study> or a stage folder), as `open_study` finds it."""
     here = os.path.abspath(os.fspath(path))
     if prereg is not None and not os.path.isdir(prereg):
-        raise Refusal("prereg_not_found", "the preregistration given is not a folder", os.path.abspath(prereg))
+        raise AuditRefusal(Code.PREREG_NOT_FOUND, "the preregistration given is not a folder", os.path.abspath(prereg))
     folders = _discover(here)
     whole = folders != [here]
     try:
         found = open_study(here, prereg=prereg, root=root)
     except Refusal as exc:
         parents = {os.path.dirname(f) for f in folders}
-        if not folders or exc.code == "prereg_not_found" or len(parents) > 1:
+        if not folders or exc.code == Code.PREREG_NOT_FOUND or len(parents) > 1:
             raise
         return _locate_despite(here, folders, prereg, root, whole, exc)
     named = {s.folder: s.stage for s in found.stages}
@@ -72,7 +72,7 @@ def _locate_despite(here: str, folders: list[str], prereg: PathArg | None, root:
         base = root if root is not None else repo_root()
         freezes = sorted({r.frozen_sha256 for r in refs.values()})
         if not freezes:
-            raise Refusal("prereg_not_found", "no stage's plan reads, so the preregistration cannot be "
+            raise AuditRefusal(Code.PREREG_NOT_FOUND, "no stage's plan reads, so the preregistration cannot be "
                           "found by its freeze: pass --prereg DIR", here) from exc
         held = []  # plans naming different freezes: the one preregistration that exists decides
         for sha in freezes:

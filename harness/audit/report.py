@@ -43,7 +43,7 @@ import polars as pl
 
 from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
 from harness.audit.oracle import Problem, run_problems
-from harness.errors import Refusal
+from harness.errors import AuditRefusal, Code, Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.prereg.freeze import FrozenPrereg, check_frozen
@@ -235,8 +235,8 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
     problems, frozen, plan = _check(folder, prereg)
     if problems or frozen is None or plan is None:
         rules = sorted({p.rule for p in problems})
-        raise Refusal(
-            "report_refused",
+        raise AuditRefusal(
+            Code.REPORT_REFUSED,
             f"{len(problems)} problems ({', '.join(rules)}); nothing is scored:\n"
             + "\n".join(f"  {p}" for p in problems),
             folder,

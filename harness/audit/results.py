@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import Refusal
+from harness.errors import AuditRefusal, Code
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root
 from harness.run.attempts import read_plan
@@ -91,10 +91,10 @@ def find_stages(path: PathArg) -> list[StageRef]:
     """
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
-        raise Refusal("results_not_found", "not a folder", root)
+        raise AuditRefusal(Code.RESULTS_NOT_FOUND, "not a folder", root)
     found = stage_folders(root)
     if not found:
-        raise Refusal("results_not_found", "no stage folder (a folder holding plan.jsonl) here, "
+        raise AuditRefusal(Code.RESULTS_NOT_FOUND, "no stage folder (a folder holding plan.jsonl) here, "
                       "one level below or two levels below", root)
     return [_stage(f) for f in found]
 
@@ -114,7 +114,7 @@ def find_prereg(frozen_sha256: str, root: PathArg) -> str:
                 looked.append(name)
                 if sha256_hex(read_bytes(frozen)) == frozen_sha256:
                     return os.path.join(base, name)
-    raise Refusal("prereg_not_found", f"no preregistration under {base} has FROZEN.json with sha256 "
+    raise AuditRefusal(Code.PREREG_NOT_FOUND, f"no preregistration under {base} has FROZEN.json with sha256 "
                   f"{frozen_sha256} (looked at: {', '.join(looked) or 'none'}); pass --prereg DIR", base)
 
 
@@ -132,10 +132,10 @@ def open_study(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | 
     freezes = sorted({s.frozen_sha256 for s in stages})
     here = os.path.abspath(os.fspath(path))
     if len(studies) != 1:
-        raise Refusal("results_mixed", f"stages of {len(studies)} studies ({', '.join(studies)}): "
+        raise AuditRefusal(Code.RESULTS_MIXED, f"stages of {len(studies)} studies ({', '.join(studies)}): "
                       "name one study folder", here)
     if len(freezes) != 1:
-        raise Refusal("results_mixed", f"the stages' plans name {len(freezes)} different freezes "
+        raise AuditRefusal(Code.RESULTS_MIXED, f"the stages' plans name {len(freezes)} different freezes "
                       f"({', '.join(f[:12] for f in freezes)})", here)
     if prereg is None:
         found = find_prereg(freezes[0], root if root is not None else repo_root())

@@ -9,7 +9,7 @@ import argparse
 import os
 
 from harness.cli.output import Outcome
-from harness.errors import Refusal
+from harness.errors import Code, EvalRefusal, InputRefusal
 
 __all__ = ["evals_build", "evals_check", "evals_verify"]
 
@@ -44,11 +44,11 @@ def evals_verify(args: argparse.Namespace) -> Outcome:
     item = suite.packet.get(args.item)
     private = suite.private[item.item]
     if item.entry_point is None or private.test is None:
-        raise Refusal("suite_item_unverifiable", "not a function-completion item with a hidden test", args.suite_dir)
+        raise EvalRefusal(Code.SUITE_ITEM_UNVERIFIABLE, "not a function-completion item with a hidden test", args.suite_dir)
     try:
         response = read_bytes(args.response, max_bytes=4 * 1024 * 1024).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.response) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", args.response) from None
     with WarmVerifier(sandbox=args.sandbox) as verifier:
         verifier.check_sandbox()
         verdict, receipt = verify_response(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from harness.cli.output import Outcome
-from harness.errors import EXIT_FAILED, EXIT_OK, Refusal
+from harness.errors import EXIT_FAILED, EXIT_OK, Code, InputRefusal
 
 __all__ = ["accept", "delegate", "dispatch", "init", "journal", "lane", "record", "status", "verify"]
 
@@ -98,7 +98,7 @@ def delegate(args: argparse.Namespace) -> Outcome:
         try:
             text = read_bytes(args.task_file, max_bytes=4 * 1024 * 1024).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", args.task_file) from None
+            raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", args.task_file) from None
     else:
         text = args.task_text
     got = delegate(

@@ -21,7 +21,7 @@ import harness.cli.models as models
 import harness.cli.study as study
 from harness._version import __version__
 from harness.cli.output import Outcome, human, print_json
-from harness.errors import EXIT_INTERNAL, EXIT_REFUSED, EXIT_USAGE, Refusal
+from harness.errors import EXIT_INTERNAL, EXIT_REFUSED, EXIT_USAGE, Code, Refusal
 
 __all__ = ["main"]
 
@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.worker_argv = worker
     except UsageError as exc:
         if as_json:
-            print_json({"ok": False, "refusal": "usage_error", "message": str(exc)})
+            print_json({"ok": False, "refusal": Code.USAGE_ERROR, "message": str(exc)})
         else:
             sys.stderr.write(f"{exc}\nTry 'proctor --help'.\n")
         return EXIT_USAGE
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = f"{type(exc).__name__}: {exc}"
         if args.json:
-            print_json({"ok": False, "refusal": "internal_error", "message": message})
+            print_json({"ok": False, "refusal": Code.INTERNAL_ERROR, "message": message})
         else:
             sys.stderr.write(f"internal error: {message} (set PROCTOR_DEBUG=1 for the traceback)\n")
         return EXIT_INTERNAL

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from harness.cli.output import Outcome, print_json
-from harness.errors import EXIT_OK, Refusal
+from harness.errors import EXIT_OK, Code, WorkerRefusal
 
 __all__ = [
     "catalog",
@@ -98,7 +98,7 @@ def worker_llm_edit(args: argparse.Namespace) -> Outcome:
 
     prompt_file = args.prompt_file or os.environ.get("PROCTOR_PROMPT_FILE")
     if not prompt_file:
-        raise Refusal("prompt_file_missing", "give --prompt-file or run under proctor dispatch")
+        raise WorkerRefusal(Code.PROMPT_FILE_MISSING, "give --prompt-file or run under proctor dispatch")
     scope = args.scope or _json_list(os.environ.get("PROCTOR_SCOPE", "[]"))
     outcome = run_llm_edit(
         args.model,
@@ -117,5 +117,5 @@ def _json_list(text: str) -> list[str]:
 
     value = loads_strict(text.encode("utf-8"), path="PROCTOR_SCOPE", expect_object=False)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise Refusal("scope_invalid", "PROCTOR_SCOPE must be a JSON list of paths", "PROCTOR_SCOPE")
+        raise WorkerRefusal(Code.SCOPE_INVALID, "PROCTOR_SCOPE must be a JSON list of paths", "PROCTOR_SCOPE")
     return value

@@ -10,7 +10,7 @@ import os
 import sys
 
 from harness.cli.output import Outcome
-from harness.errors import Refusal
+from harness.errors import Code, LogRefusal
 
 __all__ = [
     "analyze",
@@ -160,5 +160,5 @@ def ledger_repair(args: argparse.Namespace) -> Outcome:
 
     seed = args.seed or verify_log(args.path).seed
     if seed is None:
-        raise Refusal("log_seed_unknown", "an empty or seedless log: give --seed", args.path)
+        raise LogRefusal(Code.LOG_SEED_UNKNOWN, "an empty or seedless log: give --seed", args.path)
     return Outcome.of({"ok": True, **ChainedLog(args.path, seed).repair()})

@@ -27,7 +27,7 @@ import os
 import re
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, EvalRefusal
 from harness.evals.write import write_suite
 from harness.evidence.jsonio import canonical_line, loads_strict, read_bytes, sha256_hex
 
@@ -57,13 +57,13 @@ def source_path() -> tuple[str, str]:
     try:
         dist = importlib.metadata.distribution(SOURCE_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
-        raise Refusal(
-            "suite_source_missing", f"the package {SOURCE_PACKAGE} is not installed (pip install -e .)"
+        raise EvalRefusal(
+            Code.SUITE_SOURCE_MISSING, f"the package {SOURCE_PACKAGE} is not installed (pip install -e .)"
         ) from None
     for entry in dist.files or ():
         if str(entry).replace(os.sep, "/") == SOURCE_FILE:
             return str(dist.locate_file(entry)), dist.version
-    raise Refusal("suite_source_missing", f"{SOURCE_PACKAGE} {dist.version} does not list {SOURCE_FILE}")
+    raise EvalRefusal(Code.SUITE_SOURCE_MISSING, f"{SOURCE_PACKAGE} {dist.version} does not list {SOURCE_FILE}")
 
 
 def read_source(path: str, *, expected_sha256: str = SOURCE_SHA256) -> tuple[list[dict[str, str]], str]:
@@ -71,8 +71,8 @@ def read_source(path: str, *, expected_sha256: str = SOURCE_SHA256) -> tuple[lis
     raw = read_bytes(path)
     digest = sha256_hex(raw)
     if digest != expected_sha256:
-        raise Refusal(
-            "suite_source_mismatch",
+        raise EvalRefusal(
+            Code.SUITE_SOURCE_MISMATCH,
             f"the data file's sha256 is {digest}, the pinned one {expected_sha256}",
             path,
             sha256=digest,
@@ -80,14 +80,14 @@ def read_source(path: str, *, expected_sha256: str = SOURCE_SHA256) -> tuple[lis
     try:
         text = gzip.decompress(raw)
     except (OSError, EOFError) as exc:  # unreachable with the pinned bytes; kept for a changed pin
-        raise Refusal("suite_source_mismatch", f"not a gzip file: {exc}", path) from None
+        raise EvalRefusal(Code.SUITE_SOURCE_MISMATCH, f"not a gzip file: {exc}", path) from None
     problems: list[dict[str, str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         doc = loads_strict(line, path=f"{path}:{number}")
         if set(doc) != set(_FIELDS) or not all(isinstance(doc[k], str) and doc[k] for k in _FIELDS):
-            raise Refusal("suite_source_mismatch", f"line {number}: expected the fields {_FIELDS}", path)
+            raise EvalRefusal(Code.SUITE_SOURCE_MISMATCH, f"line {number}: expected the fields {_FIELDS}", path)
         problems.append(doc)
     return problems, digest
 
@@ -122,8 +122,8 @@ def build_humaneval(out: str | os.PathLike[str], *, source: str | None = None) -
     else:
         path, version = os.fspath(source), SOURCE_VERSION
     if version != SOURCE_VERSION:
-        raise Refusal(
-            "suite_source_mismatch", f"{SOURCE_PACKAGE} {version} is installed; the suite pins {SOURCE_VERSION}"
+        raise EvalRefusal(
+            Code.SUITE_SOURCE_MISMATCH, f"{SOURCE_PACKAGE} {version} is installed; the suite pins {SOURCE_VERSION}"
         )
     problems, digest = read_source(path)
     packet: list[dict[str, Any]] = []

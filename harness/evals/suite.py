@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
-from harness.errors import Refusal
+from harness.errors import Code, EvalRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes, read_json, sha256_hex
 
 __all__ = [
@@ -88,8 +88,8 @@ PACKET_KEYS: Final = frozenset({"item", "prompt", "entry_point", "workspace", "m
 """The only keys a packet line may have."""
 
 _NORMALISED_FORBIDDEN: Final = {re.sub(r"[^a-z0-9]", "", k): k for k in FORBIDDEN_KEYS}
-_PACKET_CODES: Final = ("packet_invalid", "packet_blank_record")
-_PRIVATE_CODES: Final = ("private_invalid", "private_invalid")
+_PACKET_CODES: Final = (Code.PACKET_INVALID, Code.PACKET_BLANK_RECORD)
+_PRIVATE_CODES: Final = (Code.PRIVATE_INVALID, Code.PRIVATE_INVALID)
 _PRIVATE_MARKS: Final = frozenset({"canonical_solution", "test", "hidden", "verifier"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -139,7 +139,7 @@ class Packet:
         for it in self.items:
             if it.item == item:
                 return it
-        raise Refusal("suite_item_unknown", f"no item {item!r} in the packet", self.path)
+        raise EvalRefusal(Code.SUITE_ITEM_UNKNOWN, f"no item {item!r} in the packet", self.path)
 
     def __iter__(self) -> Iterator[PacketItem]:
         return iter(self.items)
@@ -201,7 +201,7 @@ def _find_forbidden(value: Any) -> tuple[str, str] | None:
     return None
 
 
-def _split_lines(raw: bytes, where: str, invalid: str) -> tuple[list[bytes], bool]:
+def _split_lines(raw: bytes, where: str, invalid: Code) -> tuple[list[bytes], bool]:
     """The file's lines without their newlines, and whether the last one lacks its newline (torn).
 
     Each line is then walked in file order, so the first problem in the file
@@ -213,11 +213,11 @@ def _split_lines(raw: bytes, where: str, invalid: str) -> tuple[list[bytes], boo
     return (raw if torn else raw[:-1]).split(b"\n"), torn
 
 
-def _refuse_torn(count: int, where: str, invalid: str) -> NoReturn:
+def _refuse_torn(count: int, where: str, invalid: Code) -> NoReturn:
     raise Refusal(invalid, f"line {count}: the last line has no newline (torn or hand-edited)", where, line=count)
 
 
-def _raw_record(data: bytes, number: int, where: str, codes: tuple[str, str]) -> dict[str, Any]:
+def _raw_record(data: bytes, number: int, where: str, codes: tuple[Code, Code]) -> dict[str, Any]:
     """One line decoded strictly as a non-empty JSON object, or a refusal (`codes`: invalid, blank)."""
     invalid, blank = codes
     if not data.strip():
@@ -242,15 +242,15 @@ def _walk_packet(raw: bytes, where: str) -> list[dict[str, Any]]:
     """Every record decoded and checked for answers, blanks and duplicates, before any typed parsing."""
     records: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    lines, torn = _split_lines(raw, where, "packet_invalid")
+    lines, torn = _split_lines(raw, where, Code.PACKET_INVALID)
     for number, data in enumerate(lines, 1):
         record = _raw_record(data, number, where, _PACKET_CODES)
         found = _find_forbidden(record)
         if found is not None:
             key, at = found
             private = " (a private item record?)" if at == key and forbidden_key(key) in _PRIVATE_MARKS else ""
-            raise Refusal(
-                "packet_forbidden_key",
+            raise EvalRefusal(
+                Code.PACKET_FORBIDDEN_KEY,
                 f"line {number}: the key {at!r} carries an answer or an oracle{private}; "
                 "a packet holds no answers",
                 where,
@@ -260,12 +260,12 @@ def _walk_packet(raw: bytes, where: str) -> list[dict[str, Any]]:
             )
         item = record.get("item")
         if not isinstance(item, str) or not item.strip():
-            raise Refusal(
-                "packet_invalid", f"line {number}: the item id must be a non-empty string", where, line=number
+            raise EvalRefusal(
+                Code.PACKET_INVALID, f"line {number}: the item id must be a non-empty string", where, line=number
             )
         if item in seen:
-            raise Refusal(
-                "packet_duplicate_item",
+            raise EvalRefusal(
+                Code.PACKET_DUPLICATE_ITEM,
                 f"line {number}: item {item!r} already appeared on line {seen[item]}",
                 where,
                 line=number,
@@ -274,13 +274,13 @@ def _walk_packet(raw: bytes, where: str) -> list[dict[str, Any]]:
         seen[item] = number
         records.append(record)
     if torn:
-        _refuse_torn(len(lines), where, "packet_invalid")
+        _refuse_torn(len(lines), where, Code.PACKET_INVALID)
     return records
 
 
 def _packet_item(record: dict[str, Any], number: int, where: str) -> PacketItem:
     def bad(message: str) -> Refusal:
-        return Refusal("packet_invalid", f"line {number}: {message}", where, line=number)
+        return EvalRefusal(Code.PACKET_INVALID, f"line {number}: {message}", where, line=number)
 
     unknown = sorted(set(record) - PACKET_KEYS)
     if unknown:
@@ -318,8 +318,8 @@ def load_packet(path: str | os.PathLike[str], expected_sha256: str | None = None
     raw = read_bytes(where)
     digest = sha256_hex(raw)
     if expected_sha256 is not None and digest != expected_sha256:
-        raise Refusal(
-            "packet_sha256_mismatch",
+        raise EvalRefusal(
+            Code.PACKET_SHA256_MISMATCH,
             f"the packet's sha256 is {digest}, the registered one {expected_sha256}",
             where,
             sha256=digest,
@@ -333,14 +333,14 @@ def load_packet(path: str | os.PathLike[str], expected_sha256: str | None = None
 def parse_private_lines(raw: bytes, where: str) -> dict[str, PrivateItem]:
     """Private records by item id (strict lines; refuses blanks, duplicates, bad fields naming the line)."""
     out: dict[str, PrivateItem] = {}
-    lines, torn = _split_lines(raw, where, "private_invalid")
+    lines, torn = _split_lines(raw, where, Code.PRIVATE_INVALID)
     if torn:
-        _refuse_torn(len(lines), where, "private_invalid")
+        _refuse_torn(len(lines), where, Code.PRIVATE_INVALID)
     for number, data in enumerate(lines, 1):
         record = _raw_record(data, number, where, _PRIVATE_CODES)
 
         def bad(message: str, at: int = number) -> Refusal:
-            return Refusal("private_invalid", f"line {at}: {message}", where, line=at)
+            return EvalRefusal(Code.PRIVATE_INVALID, f"line {at}: {message}", where, line=at)
 
         item = record.get("item")
         if not isinstance(item, str) or not item.strip():
@@ -362,7 +362,7 @@ def _manifest(folder: str) -> tuple[dict[str, Any], str]:
     manifest: dict[str, Any] = read_json(path).value
 
     def bad(message: str) -> Refusal:
-        return Refusal("suite_invalid", message, path)
+        return EvalRefusal(Code.SUITE_INVALID, message, path)
 
     if manifest.get("schema") != SUITE_SCHEMA:
         raise bad(f"expected schema {SUITE_SCHEMA}")
@@ -385,8 +385,8 @@ def load_private(suite_dir: str | os.PathLike[str]) -> dict[str, PrivateItem]:
     raw = read_bytes(path)
     digest = sha256_hex(raw)
     if digest != manifest["private_sha256"]:
-        raise Refusal(
-            "private_sha256_mismatch",
+        raise EvalRefusal(
+            Code.PRIVATE_SHA256_MISMATCH,
             f"the private part's sha256 is {digest}, SUITE.json seals {manifest['private_sha256']}",
             path,
         )
@@ -399,8 +399,8 @@ def load_suite(suite_dir: str | os.PathLike[str], packet_sha256: str | None = No
     folder = os.fspath(suite_dir)
     manifest, manifest_path = _manifest(folder)
     if packet_sha256 is not None and packet_sha256 != manifest["packet_sha256"]:
-        raise Refusal(
-            "packet_sha256_mismatch",
+        raise EvalRefusal(
+            Code.PACKET_SHA256_MISMATCH,
             f"SUITE.json seals packet {manifest['packet_sha256']}, the registered one is {packet_sha256}",
             manifest_path,
         )
@@ -409,8 +409,8 @@ def load_suite(suite_dir: str | os.PathLike[str], packet_sha256: str | None = No
     if set(private) != set(packet.ids) or len(packet) != manifest["items"]:
         only_packet = sorted(set(packet.ids) - set(private))[:5]
         only_private = sorted(set(private) - set(packet.ids))[:5]
-        raise Refusal(
-            "private_items_mismatch",
+        raise EvalRefusal(
+            Code.PRIVATE_ITEMS_MISMATCH,
             f"packet and private part disagree: only in the packet {only_packet}, only in the private part "
             f"{only_private}; SUITE.json says {manifest['items']} items, the packet has {len(packet)}",
             folder,
@@ -418,8 +418,8 @@ def load_suite(suite_dir: str | os.PathLike[str], packet_sha256: str | None = No
     for item in packet:
         theirs = private[item.item].entry_point
         if theirs is not None and theirs != item.entry_point:
-            raise Refusal(
-                "private_items_mismatch",
+            raise EvalRefusal(
+                Code.PRIVATE_ITEMS_MISMATCH,
                 f"item {item.item!r}: the packet's entry point is {item.entry_point!r}, the private part's {theirs!r}",
                 folder,
             )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, EvalRefusal
 from harness.evals.write import write_suite
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import tree_signature
@@ -48,11 +48,11 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
     """Build the task suite into `out` from every ``<tasks_dir>/*/task.json``."""
     folder = os.path.abspath(os.fspath(tasks_dir))
     if not os.path.isdir(folder):
-        raise Refusal("suite_source_missing", "not a folder of task folders", folder)
+        raise EvalRefusal(Code.SUITE_SOURCE_MISSING, "not a folder of task folders", folder)
     root = os.path.dirname(os.path.dirname(folder))
     names = sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n, "task.json")))
     if not names:
-        raise Refusal("suite_source_missing", "no <name>/task.json under the folder", folder)
+        raise EvalRefusal(Code.SUITE_SOURCE_MISSING, "no <name>/task.json under the folder", folder)
     packet: list[dict[str, Any]] = []
     private: list[dict[str, Any]] = []
     pins: list[list[str]] = []
@@ -60,7 +60,7 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
         task = load_task(os.path.join(folder, name, "task.json"))
         workspace = os.path.join(task.folder, "workspace")
         if not os.path.isdir(workspace):
-            raise Refusal("suite_source_missing", "the task has no workspace/ folder", task.folder)
+            raise EvalRefusal(Code.SUITE_SOURCE_MISSING, "the task has no workspace/ folder", task.folder)
         hidden = []
         for h in task.verifier.hidden:
             source = os.path.join(task.folder, h.source)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, LogRefusal, Refusal
 from harness.evidence.chain_read import (
     PROBLEM_KINDS,
     RESERVED,
@@ -60,8 +60,8 @@ def _write_all(fd: int, data: bytes, path: str) -> None:
         while written < len(view):
             written += os.write(fd, view[written:])
     except OSError as exc:
-        raise Refusal(
-            "log_write_failed",
+        raise LogRefusal(
+            Code.LOG_WRITE_FAILED,
             f"append failed after {written} of {len(data)} bytes: {exc.strerror or exc}",
             path,
             written=written,
@@ -81,7 +81,7 @@ def _pread_exact(fd: int, size: int, offset: int, path: str) -> bytes:
     while got < size:
         part = os.pread(fd, size - got, offset + got)
         if not part:
-            raise Refusal("log_changed", "the log shrank while it was locked", path)
+            raise LogRefusal(Code.LOG_CHANGED, "the log shrank while it was locked", path)
         parts.append(part)
         got += len(part)
     return b"".join(parts)
@@ -123,7 +123,7 @@ class ChainedLog:
 
     def __init__(self, path: PathArg, seed: str) -> None:
         if not isinstance(seed, str) or not seed:
-            raise Refusal("log_seed_invalid", "a log's seed must be a non-empty string", path)
+            raise LogRefusal(Code.LOG_SEED_INVALID, "a log's seed must be a non-empty string", path)
         self.path = os.fspath(path)
         self.seed = seed
         self._tail: _Tail | None = None
@@ -141,7 +141,7 @@ class ChainedLog:
             try:
                 return open_regular(self.path, flags), False
             except Refusal as exc:
-                if exc.code != "file_missing" or not append:
+                if exc.code != Code.FILE_MISSING or not append:
                     raise
             try:
                 fd = os.open(
@@ -152,18 +152,18 @@ class ChainedLog:
             except FileExistsError:
                 continue  # another writer created it first: open theirs
             except FileNotFoundError:
-                raise Refusal(
-                    "folder_missing", "the log's folder does not exist", self.path
+                raise InputRefusal(
+                    Code.FOLDER_MISSING, "the log's folder does not exist", self.path
                 ) from None
             except PermissionError:
-                raise Refusal("file_unwritable", "permission denied", self.path) from None
+                raise LogRefusal(Code.FILE_UNWRITABLE, "permission denied", self.path) from None
             return fd, True
 
     def _stat_key(self, st: os.stat_result) -> tuple[int, int, int, int]:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _refuse_line(
-        self, fd: int, size: int, code: str, lineno: int | None, kind: str, message: str
+        self, fd: int, size: int, code: Code, lineno: int | None, kind: str, message: str
     ) -> Refusal:
         if lineno is None:
             lineno = _count_newlines(fd, size)  # the last line of a log ending with a newline
@@ -181,8 +181,8 @@ class ChainedLog:
             return None
         if _pread_exact(fd, 1, size - 1, self.path) != b"\n":
             lineno = _count_newlines(fd, size) + 1
-            raise Refusal(
-                "log_torn_tail",
+            raise LogRefusal(
+                Code.LOG_TORN_TAIL,
                 f"line {lineno} has no newline: a torn tail; run repair before appending",
                 self.path,
                 line=lineno,
@@ -193,12 +193,12 @@ class ChainedLog:
         checked = check_form(last)
         if checked.obj is None:
             raise self._refuse_line(
-                fd, size, "log_broken", 1 if start == 0 else None, checked.kind, checked.message
+                fd, size, Code.LOG_BROKEN, 1 if start == 0 else None, checked.kind, checked.message
             )
         prev = checked.obj.get("prev")
         if not isinstance(prev, str) or len(prev) != 64:
             raise self._refuse_line(
-                fd, size, "log_broken", 1 if start == 0 else None, "missing_prev", "no prev hash"
+                fd, size, Code.LOG_BROKEN, 1 if start == 0 else None, "missing_prev", "no prev hash"
             )
         if self._seed_checked != (st.st_dev, st.st_ino):
             self._check_first_line(fd, size, last if start == 0 else None)
@@ -236,12 +236,12 @@ class ChainedLog:
         if checked.obj is not None:
             checked = check_link(checked.obj, 1, None, None)
         if checked.obj is None:
-            raise Refusal(
-                "log_broken", f"line 1: {checked.message}", self.path, line=1, kind=checked.kind
+            raise LogRefusal(
+                Code.LOG_BROKEN, f"line 1: {checked.message}", self.path, line=1, kind=checked.kind
             )
         if checked.obj["seed"] != self.seed:
-            raise Refusal(
-                "log_seed_mismatch",
+            raise LogRefusal(
+                Code.LOG_SEED_MISMATCH,
                 f"the log's seed is {checked.obj['seed']!r}, this writer's is {self.seed!r}",
                 self.path,
                 line=1,
@@ -252,15 +252,15 @@ class ChainedLog:
 
     def _prepare(self, record: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(record, Mapping):
-            raise Refusal(
-                "log_record_invalid",
+            raise LogRefusal(
+                Code.LOG_RECORD_INVALID,
                 f"a record must be a mapping, not {type(record).__name__}",
                 self.path,
             )
         for key in RESERVED:
             if key in record:
-                raise Refusal(
-                    "log_record_reserved",
+                raise LogRefusal(
+                    Code.LOG_RECORD_RESERVED,
                     f"a record may not carry {key!r}: the log writes it",
                     self.path,
                 )
@@ -276,18 +276,18 @@ class ChainedLog:
         try:
             raw = canonical_bytes(full)
         except Refusal as exc:
-            raise Refusal(
-                "log_record_invalid",
+            raise LogRefusal(
+                Code.LOG_RECORD_INVALID,
                 f"not writable as JSON: {exc.message}",
                 self.path,
                 cause=exc.code,
             ) from None
         except (TypeError, ValueError) as exc:
-            raise Refusal("log_record_invalid", f"not writable as JSON: {exc}", self.path) from None
+            raise LogRefusal(Code.LOG_RECORD_INVALID, f"not writable as JSON: {exc}", self.path) from None
         checked = check_form(raw)
         if checked.obj is None:
-            raise Refusal(
-                "log_record_invalid", f"would not read back intact: {checked.message}", self.path
+            raise LogRefusal(
+                Code.LOG_RECORD_INVALID, f"would not read back intact: {checked.message}", self.path
             )
         return raw, checked.obj
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, LogRefusal, Refusal
 from harness.evidence.jsonio import MAX_DEPTH, file_kind, loads_strict, sha256_hex
 
 __all__ = [
@@ -55,7 +55,7 @@ __all__ = [
 
 PROBLEM_KINDS: Final = (
     "torn_tail",
-    "invalid_json",
+    Code.INVALID_JSON,
     "not_canonical",
     "missing_prev",
     "broken_prev",
@@ -188,7 +188,7 @@ def check_form(raw: bytes) -> _Line:
     try:
         value = loads_strict(raw, expect_object=False)
     except Refusal as exc:
-        return _Line(None, "invalid_json", exc.message)
+        return _Line(None, Code.INVALID_JSON, exc.message)
     if not isinstance(value, dict):
         return _Line(None, "not_object", f"a JSON {type(value).__name__}, not an object")
     try:
@@ -396,26 +396,26 @@ def open_regular(path: str, flags: int) -> int:
         fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         if os.path.islink(path):
-            raise Refusal(
-                "dangling_link", f"link points to nothing: {os.readlink(path)!r}", path
+            raise InputRefusal(
+                Code.DANGLING_LINK, f"link points to nothing: {os.readlink(path)!r}", path
             ) from None
-        raise Refusal("file_missing", "no such file", path) from None
+        raise InputRefusal(Code.FILE_MISSING, "no such file", path) from None
     except IsADirectoryError:
-        raise Refusal("not_a_regular_file", "a folder, not a file", path) from None
+        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a folder, not a file", path) from None
     except PermissionError:
-        raise Refusal("file_unreadable", "permission denied", path) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, "permission denied", path) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refusal("link_loop", "too many levels of links", path) from None
+            raise InputRefusal(Code.LINK_LOOP, "too many levels of links", path) from None
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing without a reader
-            raise Refusal(
-                "not_a_regular_file", "a socket or unopenable special file", path
+            raise InputRefusal(
+                Code.NOT_A_REGULAR_FILE, "a socket or unopenable special file", path
             ) from None
-        raise Refusal("file_unreadable", exc.strerror or str(exc), path) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, exc.strerror or str(exc), path) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refusal("not_a_regular_file", f"a {file_kind(st.st_mode)}, not a regular file", path)
+            raise InputRefusal(Code.NOT_A_REGULAR_FILE, f"a {file_kind(st.st_mode)}, not a regular file", path)
     except BaseException:
         os.close(fd)
         raise
@@ -431,8 +431,8 @@ def _lock_shared(fd: int, path: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise Refusal(
-                    "log_locked", f"a writer held the log for over {_LOCK_WAIT_S:.0f} s", path
+                raise LogRefusal(
+                    Code.LOG_LOCKED, f"a writer held the log for over {_LOCK_WAIT_S:.0f} s", path
                 ) from None
             time.sleep(0.01)
         except OSError as exc:
@@ -447,7 +447,7 @@ def _lock_shared(fd: int, path: str) -> None:
 
 def _resolve_seed(seed: str | None) -> str | None:
     if seed is not None and not isinstance(seed, str):
-        raise Refusal("log_seed_invalid", "a seed must be a string")
+        raise LogRefusal(Code.LOG_SEED_INVALID, "a seed must be a string")
     return seed
 
 
@@ -472,7 +472,7 @@ def verify_log(path: PathArg, seed: str | None = None) -> ChainStatus:
 
 
 def refuse_problem(path: str, problem: ChainProblem) -> Refusal:
-    code = "log_torn_tail" if problem.kind == "torn_tail" else "log_broken"
+    code = Code.LOG_TORN_TAIL if problem.kind == "torn_tail" else Code.LOG_BROKEN
     return Refusal(code, problem.message, path, line=problem.line, kind=problem.kind)
 
 

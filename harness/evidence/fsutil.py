@@ -6,7 +6,7 @@ import contextlib
 import os
 import stat
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 
 __all__ = ["atomic_write", "ensure_private_dir", "fsync_dir"]
 
@@ -63,7 +63,7 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> str:
             fsync_dir(parent)
         st = os.lstat(target)
     if not stat.S_ISDIR(st.st_mode):
-        raise Refusal("state_dir_invalid", "expected a private folder, found something else", target)
+        raise GateRefusal(Code.STATE_DIR_INVALID, "expected a private folder, found something else", target)
     if stat.S_IMODE(st.st_mode) != 0o700:
         os.chmod(target, 0o700)
     return target

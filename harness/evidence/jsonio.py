@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal
 
 MAX_DEPTH: Final = 64
 """Deepest nesting of arrays and objects a saved JSON input may have."""
@@ -56,11 +56,11 @@ def canonical_bytes(obj: Any) -> bytes:
     try:
         text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except ValueError as exc:
-        raise Refusal("json_non_finite", f"cannot write a non-finite number: {exc}") from exc
+        raise InputRefusal(Code.JSON_NON_FINITE, f"cannot write a non-finite number: {exc}") from exc
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate, e.g. decoded from a "\\ud800" escape
-        raise Refusal("invalid_utf8", f"a lone surrogate cannot be written as UTF-8 at {exc.start}") from None
+        raise InputRefusal(Code.INVALID_UTF8, f"a lone surrogate cannot be written as UTF-8 at {exc.start}") from None
 
 
 def canonical_line(obj: Any) -> bytes:
@@ -79,24 +79,24 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> b
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         if os.path.islink(p):
-            raise Refusal("dangling_link", f"link points to nothing: {os.readlink(p)!r}", p) from None
-        raise Refusal("file_missing", "no such file", p) from None
+            raise InputRefusal(Code.DANGLING_LINK, f"link points to nothing: {os.readlink(p)!r}", p) from None
+        raise InputRefusal(Code.FILE_MISSING, "no such file", p) from None
     except IsADirectoryError:
-        raise Refusal("not_a_regular_file", "a folder, not a file", p) from None
+        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a folder, not a file", p) from None
     except PermissionError:
-        raise Refusal("file_unreadable", "permission denied", p) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, "permission denied", p) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refusal("link_loop", "too many levels of links", p) from None
+            raise InputRefusal(Code.LINK_LOOP, "too many levels of links", p) from None
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO without a writer in some modes
-            raise Refusal("not_a_regular_file", "a socket or unopenable special file", p) from None
-        raise Refusal("file_unreadable", exc.strerror or str(exc), p) from None
+            raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a socket or unopenable special file", p) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, exc.strerror or str(exc), p) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refusal("not_a_regular_file", f"a {file_kind(st.st_mode)}, not a regular file", p)
+            raise InputRefusal(Code.NOT_A_REGULAR_FILE, f"a {file_kind(st.st_mode)}, not a regular file", p)
         if st.st_size > max_bytes:
-            raise Refusal("file_too_large", f"{st.st_size} bytes, limit {max_bytes}", p)
+            raise InputRefusal(Code.FILE_TOO_LARGE, f"{st.st_size} bytes, limit {max_bytes}", p)
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -105,7 +105,7 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> b
                 break
             total += len(chunk)
             if total > max_bytes:
-                raise Refusal("file_too_large", f"more than {max_bytes} bytes", p)
+                raise InputRefusal(Code.FILE_TOO_LARGE, f"more than {max_bytes} bytes", p)
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
@@ -132,7 +132,7 @@ def _pairs_no_duplicates(path: str | None) -> Any:
         out: dict[str, Any] = {}
         for key, value in pairs:
             if key in out:
-                raise Refusal("json_duplicate_key", f"duplicate key {key!r}", path)
+                raise InputRefusal(Code.JSON_DUPLICATE_KEY, f"duplicate key {key!r}", path)
             out[key] = value
         return out
 
@@ -141,7 +141,7 @@ def _pairs_no_duplicates(path: str | None) -> Any:
 
 def _refuse_constant(path: str | None) -> Any:
     def hook(name: str) -> Any:
-        raise Refusal("json_non_finite", f"{name} is not allowed", path)
+        raise InputRefusal(Code.JSON_NON_FINITE, f"{name} is not allowed", path)
 
     return hook
 
@@ -157,7 +157,7 @@ def _check_depth(value: Any, max_depth: int, path: str | None) -> None:
         else:
             continue
         if depth > max_depth:
-            raise Refusal("json_too_deep", f"nesting deeper than {max_depth}", path)
+            raise InputRefusal(Code.JSON_TOO_DEEP, f"nesting deeper than {max_depth}", path)
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
@@ -165,7 +165,7 @@ def _finite_floats(path: str | None) -> Any:
     def hook(text: str) -> float:
         number = float(text)
         if not math.isfinite(number):  # 1e400 overflows to infinity
-            raise Refusal("json_non_finite", f"number {text} is not finite", path)
+            raise InputRefusal(Code.JSON_NON_FINITE, f"number {text} is not finite", path)
         return number
 
     return hook
@@ -183,9 +183,9 @@ def loads_strict(
     try:
         text = data.decode("utf-8", "strict")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", where) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", where) from None
     if text.startswith("\ufeff"):
-        raise Refusal("invalid_json", "a byte-order mark is not JSON", where)
+        raise InputRefusal(Code.INVALID_JSON, "a byte-order mark is not JSON", where)
     try:
         value = json.loads(
             text,
@@ -194,14 +194,14 @@ def loads_strict(
             parse_float=_finite_floats(where),
         )
     except RecursionError:
-        raise Refusal("json_too_deep", f"nesting deeper than {max_depth}", where) from None
+        raise InputRefusal(Code.JSON_TOO_DEEP, f"nesting deeper than {max_depth}", where) from None
     except json.JSONDecodeError as exc:
-        raise Refusal("invalid_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}", where) from None
+        raise InputRefusal(Code.INVALID_JSON, f"{exc.msg} at line {exc.lineno} column {exc.colno}", where) from None
     except ValueError as exc:  # e.g. an integer longer than Python's digit limit
-        raise Refusal("invalid_json", str(exc), where) from None
+        raise InputRefusal(Code.INVALID_JSON, str(exc), where) from None
     _check_depth(value, max_depth, where)
     if expect_object and not isinstance(value, dict):
-        raise Refusal("json_not_object", f"expected an object, found {type(value).__name__}", where)
+        raise InputRefusal(Code.JSON_NOT_OBJECT, f"expected an object, found {type(value).__name__}", where)
     return value
 
 

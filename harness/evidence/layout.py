@@ -6,7 +6,7 @@ import os
 import shutil
 from typing import AnyStr
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.tree import TreeEntry
 
 __all__ = ["lay_entry", "real_parents", "remove_entry"]
@@ -50,4 +50,4 @@ def lay_entry(target: bytes, entry: TreeEntry, data: bytes | None = None, mode: 
     elif entry.kind == "fifo":
         os.mkfifo(target)
     else:
-        raise Refusal("unsupported_special_file", f"cannot lay out a {entry.kind}", target.decode("utf-8", "backslashreplace"))
+        raise GateRefusal(Code.UNSUPPORTED_SPECIAL_FILE, f"cannot lay out a {entry.kind}", target.decode("utf-8", "backslashreplace"))

@@ -6,7 +6,7 @@ import fcntl
 import os
 from types import TracebackType
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 
 __all__ = ["InvocationLock", "lock_holder"]
 
@@ -26,14 +26,14 @@ class InvocationLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:  # a link in its place (ELOOP), a missing folder, no permission
-            raise Refusal("lock_unavailable", f"cannot open the lock file: {exc.strerror}", self.path) from None
+            raise GateRefusal(Code.LOCK_UNAVAILABLE, f"cannot open the lock file: {exc.strerror}", self.path) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
             os.close(fd)
-            raise Refusal(
-                "invocation_locked",
+            raise GateRefusal(
+                Code.INVOCATION_LOCKED,
                 f"another proctor invocation holds this lock (pid {holder or 'unknown'})",
                 self.path,
             ) from None

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal, TreeRefusal
 from harness.evidence.tree_entry import (
     KINDS,
     TREE_FORMAT,
@@ -128,19 +128,19 @@ def _join(globs: list[str]) -> re.Pattern[str] | None:
 
 def _compile_excludes(excludes: Sequence[str]) -> _Rules:
     if isinstance(excludes, (str, bytes)):
-        raise Refusal("exclusion_invalid", "exclusions must be a list of patterns, not one string")
+        raise TreeRefusal(Code.EXCLUSION_INVALID, "exclusions must be a list of patterns, not one string")
     groups: dict[tuple[bool, bool], list[str]] = {
         (a, b): [] for a in (False, True) for b in (False, True)
     }
     for pattern in excludes:
         if not isinstance(pattern, str) or "\0" in pattern:
-            raise Refusal("exclusion_invalid", f"not a usable pattern: {pattern!r}")
+            raise TreeRefusal(Code.EXCLUSION_INVALID, f"not a usable pattern: {pattern!r}")
         dir_only = pattern.endswith("/")
         body = pattern.rstrip("/") if dir_only else pattern
         whole_path = "/" in body
         body = body.lstrip("/")
         if not body:
-            raise Refusal("exclusion_invalid", f"pattern matches nothing: {pattern!r}")
+            raise TreeRefusal(Code.EXCLUSION_INVALID, f"pattern matches nothing: {pattern!r}")
         groups[(whole_path, dir_only)].append(body)
     return _Rules(
         name_any=_join(groups[(False, False)]),
@@ -166,23 +166,23 @@ class _Scan:
 
     def unreadable(self, rel: bytes, exc: OSError) -> Refusal:
         what = exc.strerror or type(exc).__name__
-        return Refusal("tree_unreadable", f"cannot read: {what}", self.where(rel))
+        return TreeRefusal(Code.TREE_UNREADABLE, f"cannot read: {what}", self.where(rel))
 
     def changed(self, rel: bytes, why: str) -> Refusal:
-        return Refusal("tree_changed_during_scan", why, self.where(rel))
+        return TreeRefusal(Code.TREE_CHANGED_DURING_SCAN, why, self.where(rel))
 
 
 def _open_root(root: bytes) -> int:
     try:
         return os.open(root, _ROOT_FLAGS)
     except FileNotFoundError:
-        raise Refusal("workspace_missing", "no such folder", root) from None
+        raise TreeRefusal(Code.WORKSPACE_MISSING, "no such folder", root) from None
     except NotADirectoryError:
-        raise Refusal("not_a_directory", "the workspace is not a folder", root) from None
+        raise TreeRefusal(Code.NOT_A_DIRECTORY, "the workspace is not a folder", root) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Refusal("workspace_missing", "too many levels of links", root) from None
-        raise Refusal("tree_unreadable", f"cannot open: {exc.strerror}", root) from None
+            raise TreeRefusal(Code.WORKSPACE_MISSING, "too many levels of links", root) from None
+        raise TreeRefusal(Code.TREE_UNREADABLE, f"cannot open: {exc.strerror}", root) from None
 
 
 def _list_dir(
@@ -246,7 +246,7 @@ def _list_dir(
         else:
             kind = _KIND_OF_FMT.get(fmt)
             if kind is None:
-                raise Refusal("tree_unreadable", f"unsupported file type {fmt:o}", scan.where(path))
+                raise TreeRefusal(Code.TREE_UNREADABLE, f"unsupported file type {fmt:o}", scan.where(path))
             out[path] = TreeEntry(path, kind, False, 0, "", None)
     # Walk subfolders in reverse so popping from the end visits them in listing order.
     subdirs.reverse()

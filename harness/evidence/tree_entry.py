@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal, TreeRefusal
 
 __all__ = [
     "KINDS",
@@ -186,7 +186,7 @@ def manifest_to_json(entries: Mapping[bytes, TreeEntry]) -> list[dict[str, Any]]
 
 
 def _bad(index: int, message: str) -> Refusal:
-    return Refusal("manifest_invalid", f"entry {index}: {message}", item=index)
+    return TreeRefusal(Code.MANIFEST_INVALID, f"entry {index}: {message}", item=index)
 
 
 def _bytes_field(item: Mapping[str, Any], key: str, index: int) -> bytes:
@@ -261,7 +261,7 @@ def manifest_from_json(items: list[dict[str, Any]]) -> dict[bytes, TreeEntry]:
     order or repeated, or an entry whose parent folder is not listed.
     """
     if not isinstance(items, list):
-        raise Refusal("manifest_invalid", "a tree manifest must be a JSON array")
+        raise TreeRefusal(Code.MANIFEST_INVALID, "a tree manifest must be a JSON array")
     out: dict[bytes, TreeEntry] = {}
     previous: bytes | None = None
     for index, item in enumerate(items):

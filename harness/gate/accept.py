@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.tree import tree_signature
 from harness.gate.receipts import load_receipt
 from harness.gate.state import refuse_nested
@@ -100,15 +100,15 @@ def accept(
         check_pin(gate.task, gate.pin)
         verifies = [e for e in gate.events if e["event"] == "verify"]
         if not verifies:
-            raise Refusal("receipt_missing", "no receipt: run `proctor verify` first", gate.workspace)
+            raise GateRefusal(Code.RECEIPT_MISSING, "no receipt: run `proctor verify` first", gate.workspace)
         last = verifies[-1]
         path = gate.state.path("receipts", f"{last['receipt_id']}.json")
         receipt = load_receipt(path, last["receipt_sha256"])
         if not receipt.passed:
-            raise Refusal("receipt_not_passing", f"receipt {receipt.receipt_id} did not pass", path)
+            raise GateRefusal(Code.RECEIPT_NOT_PASSING, f"receipt {receipt.receipt_id} did not pass", path)
         if receipt.tamper_detected:
-            raise Refusal(
-                "tamper_detected",
+            raise GateRefusal(
+                Code.TAMPER_DETECTED,
                 f"sealed inputs were tampered with and restored: {', '.join(receipt.tampered_paths)}",
                 path,
                 paths=list(receipt.tampered_paths),
@@ -116,19 +116,19 @@ def accept(
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
         latest_seq = dispatches[-1]["seq"] if dispatches else 0
         if latest_seq != receipt.dispatch_seq:
-            raise Refusal(
-                "dispatch_after_receipt",
+            raise GateRefusal(
+                Code.DISPATCH_AFTER_RECEIPT,
                 f"dispatch {latest_seq} ran after receipt {receipt.receipt_id}; verify again",
                 path,
             )
         tree = tree_signature(gate.workspace, tuple(gate.pin["excludes"]))
         if tree.digest != receipt.tree:
-            raise Refusal("receipt_stale", "the workspace changed since the receipt; verify again", gate.workspace)
+            raise GateRefusal(Code.RECEIPT_STALE, "the workspace changed since the receipt; verify again", gate.workspace)
         overrides = []
         if latest_seq == 0 and receipt.verifier_nondiscriminating:
             if not allow_zero_dispatch:
-                raise Refusal(
-                    "zero_dispatch_nondiscriminating",
+                raise GateRefusal(
+                    Code.ZERO_DISPATCH_NONDISCRIMINATING,
                     "nothing was dispatched and the verifier passes on the untouched baseline",
                     path,
                 )
@@ -137,8 +137,8 @@ def accept(
         if ends:
             detached = [e["dispatch_id"] for e in ends]
             if not allow_detached_payload:
-                raise Refusal(
-                    "detached_payload",
+                raise GateRefusal(
+                    Code.DETACHED_PAYLOAD,
                     f"processes outlived dispatches {', '.join(detached)}",
                     gate.workspace,
                     dispatch_ids=detached,

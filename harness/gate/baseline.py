@@ -6,7 +6,7 @@ a worker gets after a lane switch).
 
 from __future__ import annotations
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import read_json
 from harness.evidence.tree import TreeEntry, manifest_from_json
 from harness.gate.workspace import Gate
@@ -18,5 +18,5 @@ def baseline_entries(gate: Gate) -> dict[bytes, TreeEntry]:
     """The baseline tree recorded at init, checked against the pin."""
     loaded = read_json(gate.state.path("baseline.json"))
     if loaded.sha256 != gate.pin["baseline_manifest_sha256"]:
-        raise Refusal("state_tampered", "the baseline manifest differs from the pin", gate.state.path("baseline.json"))
+        raise GateRefusal(Code.STATE_TAMPERED, "the baseline manifest differs from the pin", gate.state.path("baseline.json"))
     return manifest_from_json(loaded.value["entries"])

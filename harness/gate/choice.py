@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.gate.escalation import LATERAL, EscalationState
@@ -38,7 +38,7 @@ def choose_model(
     if name != AUTO_MODEL:
         named = resolve_model(catalog, name)
         if named.worker is None:
-            raise Refusal("model_has_no_worker", f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
+            raise ProviderRefusal(Code.MODEL_HAS_NO_WORKER, f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
         return ModelChoice(named, catalog, {"mode": "explicit", "model_lane": named.lane})
     from harness.meter.priced_catalog import cheapest_in_lane
     from harness.meter.pricing import load_pricing
@@ -47,8 +47,8 @@ def choose_model(
     excluded = esc.excluded_providers(lane)
     model, considered = cheapest_in_lane(catalog, lane, pricing, excluded)
     if model is None:
-        raise Refusal(
-            "no_model_for_lane",
+        raise ProviderRefusal(
+            Code.NO_MODEL_FOR_LANE,
             f"no catalog model with a worker in lane {lane!r}"
             + (f" outside the failed providers {', '.join(excluded)}" if excluded else ""),
             catalog.path,
@@ -94,8 +94,8 @@ def next_lane(gate: Gate, esc: EscalationState) -> str:
         return esc.lane
     budget = gate.task.budget
     if len(esc.switches) >= budget.max_stagnant:
-        raise Refusal(
-            "stagnation_limit_reached",
+        raise ProviderRefusal(
+            Code.STAGNATION_LIMIT_REACHED,
             f"{esc.stagnant_count} identical failures in lane {esc.lane} after {len(esc.switches)} "
             f"lane switch(es); max_stagnant is {budget.max_stagnant}",
             gate.task.path,

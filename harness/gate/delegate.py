@@ -41,7 +41,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, ProviderRefusal, TreeRefusal
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.layout import lay_entry, real_parents, remove_entry
 from harness.evidence.tree import (
@@ -94,7 +94,7 @@ def _snapshot(root: str, entries: Mapping[bytes, TreeEntry], dest: str) -> dict[
         source = os.path.join(root, os.fsdecode(rel))
         data = read_bytes(source)
         if len(data) != entry.size:
-            raise Refusal("tree_changed_during_scan", "a file changed while delegate copied it", source)
+            raise TreeRefusal(Code.TREE_CHANGED_DURING_SCAN, "a file changed while delegate copied it", source)
         with open(os.path.join(dest, str(index)), "wb") as fh:
             fh.write(data)
         modes[rel] = stat.S_IMODE(os.lstat(source).st_mode)
@@ -202,36 +202,36 @@ def delegate(
     `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
     """
     if os.environ.get(NESTED_ENV) == "1" and (model is not None or write):
-        raise Refusal(
-            "nested_call_refused",
+        raise GateRefusal(
+            Code.NESTED_CALL_REFUSED,
             f"delegate {'--model' if model is not None else '--write'} from inside a worker ({NESTED_ENV}=1) is refused",
         )
     if (model is None) == (not command):
-        raise Refusal("worker_choice_conflict", "give exactly one of --model ID or --command -- ARGV")
+        raise ProviderRefusal(Code.WORKER_CHOICE_CONFLICT, "give exactly one of --model ID or --command -- ARGV")
     if not (0 < timeout_s < float("inf")):
-        raise Refusal("timeout_invalid", "--timeout must be a positive number of seconds")
+        raise GateRefusal(Code.TIMEOUT_INVALID, "--timeout must be a positive number of seconds")
     if not task_text.strip():
-        raise Refusal("delegate_task_empty", "the task text is empty")
+        raise GateRefusal(Code.DELEGATE_TASK_EMPTY, "the task text is empty")
     if model is not None:
         named = named_entrypoints(task_text)
         if named:
-            raise Refusal(
-                "production_task_in_model_mode",
+            raise GateRefusal(
+                Code.PRODUCTION_TASK_IN_MODEL_MODE,
                 f"the task names production entrypoints ({', '.join(named)}): use the gated path "
                 "(proctor init/dispatch/verify/accept), not a model delegate",
                 entrypoints=named,
             )
     if resume_from is not None and model is None:
-        raise Refusal("resume_unsupported", "--resume-from needs --model (the catalog's resume template)")
+        raise ProviderRefusal(Code.RESUME_UNSUPPORTED, "--resume-from needs --model (the catalog's resume template)")
     root = os.path.realpath(workspace)
     if not os.path.isdir(root):
-        raise Refusal("workspace_missing", "no such folder", root)
+        raise TreeRefusal(Code.WORKSPACE_MISSING, "no such folder", root)
     box = resolve_sandbox(sandbox)
     sandboxed = box.kind == "bwrap"
     catalog = load_catalog(catalog_path) if model is not None else None
     chosen = resolve_model(catalog, model) if catalog is not None and model is not None else None
     if chosen is not None and chosen.worker is None:
-        raise Refusal("model_has_no_worker", f"{chosen.id!r} has no [model.worker] argv in the catalog", catalog_path)
+        raise ProviderRefusal(Code.MODEL_HAS_NO_WORKER, f"{chosen.id!r} has no [model.worker] argv in the catalog", catalog_path)
     before = scan_tree(root, excludes=())
     private = tempfile.mkdtemp(prefix="proctor-delegate-")
     try:
@@ -279,7 +279,7 @@ def delegate(
                 result = run_group(wrapped.argv, cwd=root, env=env, timeout_s=timeout_s, output_path=output_path,
                                    sandboxed=wrapped.sandboxed)  # fmt: skip
             except OSError as exc:
-                raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+                raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         after = scan_tree(root, excludes=())
         diff = diff_trees(before, after)
         restored: list[str] = []
@@ -287,11 +287,11 @@ def delegate(
             try:
                 restored = restore_tree(root, before, after, copy, modes)
             except OSError as exc:
-                raise Refusal("restore_incomplete", f"the workspace could not be restored: {exc}", root) from None
+                raise GateRefusal(Code.RESTORE_INCOMPLETE, f"the workspace could not be restored: {exc}", root) from None
             back = scan_tree(root, excludes=())
             if signature_of(back).digest != signature_of(before).digest:
                 left = diff_trees(before, back).to_json()
-                raise Refusal("restore_incomplete", f"the workspace could not be restored exactly: {left}", root, **left)
+                raise GateRefusal(Code.RESTORE_INCOMPLETE, f"the workspace could not be restored exactly: {left}", root, **left)
         text, truncated = _output(output_path)
         proxy = metering.get("proxy")
     finally:

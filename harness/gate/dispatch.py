@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.tree import TreeEntry, TreeSignature, diff_trees, scan_tree, tree_signature
@@ -52,15 +52,15 @@ __all__ = ["DispatchResult", "check_preflight", "dispatch"]
 def check_preflight(task: Task, now: float) -> list[dict[str, Any]]:
     """A production task needs named preflight receipts, each newer than `max_preflight_age_s`."""
     if not task.preflight_receipts:
-        raise Refusal("preflight_receipt_required", "a production task must name preflight_receipts", task.path)
+        raise GateRefusal(Code.PREFLIGHT_RECEIPT_REQUIRED, "a production task must name preflight_receipts", task.path)
     checked = []
     for name in task.preflight_receipts:
         path = os.path.join(task.folder, name)
         data = read_bytes(path)  # missing, dangling or special: a named refusal
         age = now - os.stat(path).st_mtime
         if age > task.budget.max_preflight_age_s:
-            raise Refusal(
-                "preflight_receipt_stale",
+            raise GateRefusal(
+                Code.PREFLIGHT_RECEIPT_STALE,
                 f"{age:.0f}s old, limit {task.budget.max_preflight_age_s:.0f}s",
                 path,
             )
@@ -115,7 +115,7 @@ def _refuse_tampering(
     if wire_forged is not None:
         details["wire_log"] = wire_forged
     gate.record(StateTampered(dispatch_id=dispatch_id, paths=tuple(paths), wire_log=wire_forged))
-    raise Refusal("state_tampered", "; ".join(reasons), paths[0], **details)
+    raise GateRefusal(Code.STATE_TAMPERED, "; ".join(reasons), paths[0], **details)
 
 
 @dataclass(frozen=True)
@@ -175,17 +175,17 @@ def dispatch(
     """
     refuse_nested("dispatch")
     if model is not None and argv:
-        raise Refusal("worker_choice_conflict", "give either --model or --command, not both")
+        raise ProviderRefusal(Code.WORKER_CHOICE_CONFLICT, "give either --model or --command, not both")
     if model is None and not argv:
-        raise Refusal("worker_command_missing", "give --model ID|auto, or the worker's argv after --command --")
+        raise GateRefusal(Code.WORKER_COMMAND_MISSING, "give --model ID|auto, or the worker's argv after --command --")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("dispatch"):
         check_pin(gate.task, gate.pin)
         box = resolve_sandbox(sandbox)
         budget = gate.task.budget
         started = [e for e in gate.events if e["event"] == "dispatch_start"]
         if len(started) >= budget.max_dispatches:
-            raise Refusal(
-                "dispatch_budget_exhausted",
+            raise GateRefusal(
+                Code.DISPATCH_BUDGET_EXHAUSTED,
                 f"{len(started)} of {budget.max_dispatches} dispatches used",
                 gate.task.path,
             )
@@ -193,8 +193,8 @@ def dispatch(
         preflight: list[dict[str, Any]] = []
         if decision.production:
             if decision.lane == "flash" and not decision.explicit:
-                raise Refusal(
-                    "flash_lane_refused_for_production",
+                raise GateRefusal(
+                    Code.FLASH_LANE_REFUSED_FOR_PRODUCTION,
                     f"the task names {', '.join(decision.production_entrypoints)}; give an explicit lane and reason",
                     gate.task.path,
                 )
@@ -311,7 +311,7 @@ def dispatch(
                 )
             except OSError as exc:
                 gate.record(DispatchEnd(dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc)))
-                raise Refusal("worker_spawn_failed", f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+                raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
         wire, wire_forged = wire_end(metering) if "proxy" in metering else (None, None)
         tree = tree_signature(gate.workspace)

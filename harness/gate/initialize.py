@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness._version import __version__
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.tree import (
     DEFAULT_EXCLUDES,
@@ -68,8 +68,8 @@ def init_workspace(workspace: str, task_path: str, state_dir: str | None = None)
     task = load_task(task_path)
     state = StateDir.locate(ws, state_dir)
     if state.exists():
-        raise Refusal(
-            "already_initialized",
+        raise GateRefusal(
+            Code.ALREADY_INITIALIZED,
             "this workspace is already pinned; remove its state folder to start over",
             state.root,
         )
@@ -79,7 +79,7 @@ def init_workspace(workspace: str, task_path: str, state_dir: str | None = None)
         matches = seal_matches(task.verifier.seal, entries)
         empty = [pattern for pattern, hits in matches.items() if not hits]
         if empty:
-            raise Refusal("seal_target_missing", f"seal patterns match no file: {', '.join(empty)}", ws)
+            raise GateRefusal(Code.SEAL_TARGET_MISSING, f"seal patterns match no file: {', '.join(empty)}", ws)
         sealed_paths = sorted({p for hits in matches.values() for p in hits})
         sealed = seal_files(ws, sealed_paths, entries, state.path("sealed"))
         hidden = store_hidden(task.folder, ws, task.verifier.hidden, state.path("hidden"))

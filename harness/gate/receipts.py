@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import loads_strict, read_bytes, sha256_hex
 from harness.records.receipt import RECEIPT_SCHEMA, Receipt
 
@@ -19,8 +19,8 @@ def load_receipt(path: str | os.PathLike[str], expected_sha256: str) -> Receipt:
     """Read a receipt and refuse `receipt_tampered` unless its bytes hash as the journal says."""
     raw = read_bytes(path)
     if sha256_hex(raw) != expected_sha256:
-        raise Refusal("receipt_tampered", "the receipt's bytes differ from those the journal recorded", path)
+        raise GateRefusal(Code.RECEIPT_TAMPERED, "the receipt's bytes differ from those the journal recorded", path)
     receipt = loads_strict(raw, path=path)
     if receipt.get("schema") != RECEIPT_SCHEMA:
-        raise Refusal("receipt_invalid", f"expected schema {RECEIPT_SCHEMA}", path)
+        raise GateRefusal(Code.RECEIPT_INVALID, f"expected schema {RECEIPT_SCHEMA}", path)
     return Receipt.from_json(receipt, os.fspath(path))

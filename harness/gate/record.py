@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, MeterRefusal
 from harness.evidence.chain import ChainedLog, verify_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.gate.escalation import escalation_state
@@ -107,13 +107,13 @@ def _check_wire_log(log: dict[str, Any]) -> dict[str, Any]:
     else:
         status = verify_log(path, wire_seed(log["name"]) if log.get("name") else None)
         if status.problem is not None:
-            raise Refusal("wire_log_broken", status.problem.message, path, line=status.problem.line)
+            raise MeterRefusal(Code.WIRE_LOG_BROKEN, status.problem.message, path, line=status.problem.line)
         status_lines, head = status.lines, (status.head if status.lines else None)
     expected = log.get("expected")
     if log.get("dispatch_id") is not None:
         if expected is None:
-            raise Refusal(
-                "wire_log_unrecorded",
+            raise MeterRefusal(
+                Code.WIRE_LOG_UNRECORDED,
                 f"dispatch {log['dispatch_id']} did not end normally, so its wire log was never checked in; "
                 "give it with --wire to meter it as it stands",
                 path,
@@ -123,8 +123,8 @@ def _check_wire_log(log: dict[str, Any]) -> dict[str, Any]:
             or (expected.get("exchanges") is not None and expected["exchanges"] != status_lines)
             or expected.get("interleaved")
         ):
-            raise Refusal(
-                "wire_log_tampered",
+            raise MeterRefusal(
+                Code.WIRE_LOG_TAMPERED,
                 f"the wire log of dispatch {log['dispatch_id']} has {status_lines} line(s) ending in "
                 f"{str(head)[:16]}; its metering proxy wrote {expected.get('lines')} ending in "
                 f"{str(expected.get('head'))[:16]}"
@@ -241,8 +241,8 @@ def record_task(
                              unmetered_dispatch_ids=tuple(unmetered) if unmetered else None)  # fmt: skip
         elif starts:
             if pricing_path is not None:
-                raise Refusal(
-                    "pricing_without_wire",
+                raise GateRefusal(
+                    Code.PRICING_WITHOUT_WIRE,
                     "--pricing needs a wire log: this task's dispatches were not metered (give --wire FILE)",
                     pricing_path,
                 )

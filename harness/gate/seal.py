@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, TreeRefusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import real_parents, remove_entry
@@ -39,7 +39,7 @@ def seal_files(
         data = read_bytes(os.path.join(os.fsencode(workspace), rel).decode("utf-8", "surrogateescape"))
         digest = sha256_hex(data)
         if digest != entry.digest:
-            raise Refusal("tree_changed_during_scan", "a sealed file changed while init read it", display_path(rel))
+            raise TreeRefusal(Code.TREE_CHANGED_DURING_SCAN, "a sealed file changed while init read it", display_path(rel))
         _write_copy(os.path.join(sealed_dir, os.fsdecode(rel)), data, entry.executable)
         manifest.append({"path": os.fsdecode(rel), "sha256": digest, "executable": entry.executable})
     return manifest
@@ -51,9 +51,9 @@ def store_hidden(task_folder: str, workspace: str, hidden: Sequence[HiddenInput]
     for index, item in enumerate(hidden):
         source = os.path.realpath(os.path.join(task_folder, item.source))
         if source == workspace or source.startswith(workspace + os.sep):
-            raise Refusal("hidden_input_inside_workspace", "a hidden input must lie outside the workspace", source)
+            raise GateRefusal(Code.HIDDEN_INPUT_INSIDE_WORKSPACE, "a hidden input must lie outside the workspace", source)
         if not os.path.lexists(source):
-            raise Refusal("hidden_input_missing", "no such hidden input", source)
+            raise GateRefusal(Code.HIDDEN_INPUT_MISSING, "no such hidden input", source)
         stored = os.path.join(hidden_dir, str(index))
         if os.path.isdir(source):
             entries = scan_tree(source, excludes=())
@@ -61,7 +61,7 @@ def store_hidden(task_folder: str, workspace: str, hidden: Sequence[HiddenInput]
                 if entry.kind == "dir":
                     continue
                 if entry.kind != "file":
-                    raise Refusal("hidden_input_invalid", "a hidden folder may hold only files and folders", display_path(rel))
+                    raise GateRefusal(Code.HIDDEN_INPUT_INVALID, "a hidden folder may hold only files and folders", display_path(rel))
                 data = read_bytes(os.path.join(source, os.fsdecode(rel)))
                 _write_copy(os.path.join(stored, os.fsdecode(rel)), data, entry.executable)
             digest, kind = signature_of(entries).digest, "dir"
@@ -78,7 +78,7 @@ def check_copies(state_root: str, sealed: Sequence[Mapping[str, Any]], hidden: S
     for item in sealed:
         path = os.path.join(state_root, "sealed", item["path"])
         if sha256_hex(read_bytes(path)) != item["sha256"]:
-            raise Refusal("state_tampered", "a sealed copy no longer matches the pin", path)
+            raise GateRefusal(Code.STATE_TAMPERED, "a sealed copy no longer matches the pin", path)
     for item in hidden:
         path = os.path.join(state_root, "hidden", item["stored"])
         if item["kind"] == "dir":
@@ -86,7 +86,7 @@ def check_copies(state_root: str, sealed: Sequence[Mapping[str, Any]], hidden: S
         else:
             digest = sha256_hex(read_bytes(path))
         if digest != item["sha256"]:
-            raise Refusal("state_tampered", "a hidden copy no longer matches the pin", path)
+            raise GateRefusal(Code.STATE_TAMPERED, "a hidden copy no longer matches the pin", path)
 
 
 def restore_sealed(

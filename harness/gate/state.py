@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, TreeRefusal
 from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
@@ -30,7 +30,7 @@ def workspace_root(workspace: str | os.PathLike[str]) -> str:
     """The workspace's real path; refuses anything but the top of a git work tree."""
     path = os.path.realpath(os.fspath(workspace))
     if not os.path.isdir(path):
-        raise Refusal("workspace_missing", "no such folder", path)
+        raise TreeRefusal(Code.WORKSPACE_MISSING, "no such folder", path)
     try:
         top = subprocess.run(
             ["git", "-C", path, "rev-parse", "--show-toplevel"],
@@ -40,16 +40,16 @@ def workspace_root(workspace: str | os.PathLike[str]) -> str:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise Refusal("git_unavailable", f"cannot run git: {exc}", path) from None
+        raise GateRefusal(Code.GIT_UNAVAILABLE, f"cannot run git: {exc}", path) from None
     if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != path:
-        raise Refusal("workspace_is_not_repo_root", "the workspace must be the top of a git work tree", path)
+        raise GateRefusal(Code.WORKSPACE_IS_NOT_REPO_ROOT, "the workspace must be the top of a git work tree", path)
     return path
 
 
 def refuse_nested(action: str) -> None:
     """A worker must not drive the proctor that watches it."""
     if os.environ.get(NESTED_ENV) == "1":
-        raise Refusal("nested_call_refused", f"{action} from inside a worker ({NESTED_ENV}=1) is refused")
+        raise GateRefusal(Code.NESTED_CALL_REFUSED, f"{action} from inside a worker ({NESTED_ENV}=1) is refused")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class StateDir:
         digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
         root = os.path.join(os.path.realpath(base), f"{os.path.basename(workspace)}-{digest}")
         if root == workspace or root.startswith(workspace + os.sep):
-            raise Refusal("state_dir_inside_workspace", "the state folder must lie outside the workspace", root)
+            raise GateRefusal(Code.STATE_DIR_INSIDE_WORKSPACE, "the state folder must lie outside the workspace", root)
         return cls(root=root, workspace=workspace)
 
     # --- paths -------------------------------------------------------------
@@ -108,7 +108,7 @@ class StateDir:
     def pin_loaded(self) -> Loaded:
         """The pin with the sha256 of its bytes."""
         if not self.exists():
-            raise Refusal("not_initialized", "run `proctor init` for this workspace first", self.pin_path)
+            raise GateRefusal(Code.NOT_INITIALIZED, "run `proctor init` for this workspace first", self.pin_path)
         return read_json(self.pin_path)
 
     def events(self, pin: dict[str, Any]) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, Refusal
 from harness.evidence.jsonio import read_json
 from harness.evidence.lock import lock_holder
 from harness.gate.escalation import EscalationState, escalation_state
@@ -204,11 +204,11 @@ def acknowledge(workspace: str, dispatch_id: str, state_dir: str | None = None) 
         opened = _open_dispatches(gate)
         known = {e["dispatch_id"] for e in gate.events if e["event"] == "dispatch_start"}
         if dispatch_id not in known:
-            raise Refusal("unknown_dispatch_id", f"no dispatch {dispatch_id!r} in the journal", gate.state.journal_path)
+            raise GateRefusal(Code.UNKNOWN_DISPATCH_ID, f"no dispatch {dispatch_id!r} in the journal", gate.state.journal_path)
         if dispatch_id not in opened:
-            raise Refusal("dispatch_not_orphaned", f"dispatch {dispatch_id!r} ended normally", gate.state.journal_path)
+            raise GateRefusal(Code.DISPATCH_NOT_ORPHANED, f"dispatch {dispatch_id!r} ended normally", gate.state.journal_path)
         if any(e["event"] == "ack" and e["dispatch_id"] == dispatch_id for e in gate.events):
-            raise Refusal("already_acknowledged", f"dispatch {dispatch_id!r} was acknowledged before", gate.state.journal_path)
+            raise GateRefusal(Code.ALREADY_ACKNOWLEDGED, f"dispatch {dispatch_id!r} was acknowledged before", gate.state.journal_path)
         gate.record(AckEvent(dispatch_id))
     return AckResult(dispatch_id)
 

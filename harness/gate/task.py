@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal
 from harness.evidence.jsonio import read_json
 
 __all__ = [
@@ -113,7 +113,7 @@ def load_task(path: str | os.PathLike[str]) -> Task:
 def parse_task(doc: dict[str, Any], *, path: str, sha256: str) -> Task:
     """Validate a decoded task object; every problem is a named refusal with the path."""
 
-    def bad(message: str, code: str = "task_invalid") -> Refusal:
+    def bad(message: str, code: Code = Code.TASK_INVALID) -> Refusal:
         return Refusal(code, message, path)
 
     unknown = sorted(set(doc) - _TASK_KEYS)
@@ -131,7 +131,7 @@ def parse_task(doc: dict[str, Any], *, path: str, sha256: str) -> Task:
         raise bad("missing key: scope")
     scope = _string_list(doc["scope"], "scope", bad)
     if not scope:
-        raise bad("scope must name at least one path the worker may change", "scope_empty")
+        raise bad("scope must name at least one path the worker may change", Code.SCOPE_EMPTY)
     for item in scope:
         _relative_path(item, "scope", bad)
     verifier = _verifier(doc.get("verifier"), bad)
@@ -192,9 +192,9 @@ def _verifier(value: Any, bad: Any) -> Verifier:
         raise bad(f"unknown verifier keys: {', '.join(unknown)}")
     argv = value.get("argv")
     if isinstance(argv, str):
-        raise bad("verifier.argv is a shell string; give an array of strings", "verifier_argv_not_array")
+        raise bad("verifier.argv is a shell string; give an array of strings", Code.VERIFIER_ARGV_NOT_ARRAY)
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
-        raise bad("verifier.argv must be a non-empty array of non-empty strings", "verifier_argv_not_array")
+        raise bad("verifier.argv must be a non-empty array of non-empty strings", Code.VERIFIER_ARGV_NOT_ARRAY)
     seal = _string_list(value.get("seal", []), "verifier.seal", bad)
     for item in seal:
         _relative_path(item, "verifier.seal", bad)

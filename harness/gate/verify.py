@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal
 from harness.evidence.fsutil import ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import lay_entry
@@ -106,8 +106,8 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         current = scan_tree(gate.workspace, excludes)
         changed = verification_input_changes(baseline, current)
         if changed:
-            raise Refusal(
-                "verification_input_changed",
+            raise GateRefusal(
+                Code.VERIFICATION_INPUT_CHANGED,
                 f"files that steer verification appeared or changed since init: {', '.join(changed)}",
                 gate.workspace,
                 paths=changed,
@@ -116,24 +116,24 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         above = ancestor_inputs(gate.state.path("verify"))
         changed = sorted(p for p in {*pinned_above, *above} if pinned_above.get(p) != above.get(p))
         if changed:
-            raise Refusal(
-                "verification_input_changed",
+            raise GateRefusal(
+                Code.VERIFICATION_INPUT_CHANGED,
                 f"files above the verification copy that steer the test runner changed since init: {', '.join(changed)}",
                 changed[0],
                 paths=changed,
             )
         shadows = module_shadows(baseline, current, gate.pin["verifier_argv"])
         if shadows:
-            raise Refusal(
-                "module_shadow_detected",
+            raise GateRefusal(
+                Code.MODULE_SHADOW_DETECTED,
                 f"new or changed workspace modules shadow imports of the verifier: {', '.join(shadows)}",
                 gate.workspace,
                 paths=shadows,
             )
         unsafe = escaping_entries(baseline, current)
         if unsafe:
-            raise Refusal(
-                "unsafe_workspace_entry",
+            raise GateRefusal(
+                Code.UNSAFE_WORKSPACE_ENTRY,
                 "; ".join(f"{u['path']}: {u['why']}" for u in unsafe),
                 gate.workspace,
                 entries=unsafe,
@@ -157,7 +157,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             copy_tree(gate.workspace, current, copy)
             copied = signature_of(scan_tree(copy, excludes))
             if copied.digest != tree.digest:
-                raise Refusal("tree_changed_during_verify", "the workspace changed while it was copied", gate.workspace)
+                raise GateRefusal(Code.TREE_CHANGED_DURING_VERIFY, "the workspace changed while it was copied", gate.workspace)
             lay_hidden(copy, gate.state.root, gate.pin["hidden"])
             output = gate.state.path("receipts", f"{receipt_id}.output")
             argv = gate.pin["verifier_argv"]

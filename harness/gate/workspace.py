@@ -8,7 +8,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, GateRefusal, Refusal, TaskRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock
 from harness.evidence.jsonio import canonical_bytes
@@ -24,13 +24,13 @@ def check_pin(task: Task, pin: dict[str, Any]) -> None:
     if canonical_bytes(task.verifier.raw) != canonical_bytes(pin["verifier"]) or (
         task.verifier.resolved_argv() != pin["verifier_argv"]
     ):
-        raise Refusal(
-            "verifier_changed_since_init",
+        raise GateRefusal(
+            Code.VERIFIER_CHANGED_SINCE_INIT,
             "the task file's verifier differs from the one pinned at init",
             task.path,
         )
     if task.sha256 != pin["task_sha256"]:
-        raise Refusal("task_changed_since_init", "the task file changed since init", task.path)
+        raise GateRefusal(Code.TASK_CHANGED_SINCE_INIT, "the task file changed since init", task.path)
 
 
 @dataclass
@@ -85,17 +85,17 @@ def _open(ws: str, state: StateDir, task_path: str | None) -> Gate:
     pin: dict[str, Any] = loaded.value
     task = load_task(pin["task_path"] if task_path is None else task_path)
     if task.task_id != pin["task_id"]:
-        raise Refusal("task_mismatch", f"this workspace is pinned to task {pin['task_id']!r}", task.path)
+        raise TaskRefusal(Code.TASK_MISMATCH, f"this workspace is pinned to task {pin['task_id']!r}", task.path)
     journal = state.journal(pin["task_id"])
     events = state.events(pin)
     inits = [e for e in events if e.get("event") == "init"]
     if not inits or inits[-1].get("pin_sha256") != loaded.sha256:
-        raise Refusal("state_tampered", "the pin's bytes differ from those the journal recorded", state.pin_path)
+        raise GateRefusal(Code.STATE_TAMPERED, "the pin's bytes differ from those the journal recorded", state.pin_path)
     tampered = [e for e in events if e.get("event") == "state_tampered"]
     if tampered:
         paths = tampered[-1].get("paths", [])
-        raise Refusal(
-            "state_tampered",
+        raise GateRefusal(
+            Code.STATE_TAMPERED,
             f"dispatch {tampered[-1].get('dispatch_id')} changed the state folder ({', '.join(paths)}): "
             "its evidence cannot be trusted; remove the state folder and init again",
             state.journal_path,

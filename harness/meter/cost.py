@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal
 from harness.evidence.money import sum_costs
 from harness.meter.pricing import Price
 from harness.records.attempt import COST_STATUSES as _COST_STATUSES
@@ -78,7 +78,7 @@ def _part(tokens: int, per_mtok: float) -> float:
     try:
         return tokens * per_mtok / 1_000_000
     except OverflowError:
-        raise Refusal("cost_overflow", f"{tokens} tokens at {per_mtok} $/Mtok overflows") from None
+        raise InputRefusal(Code.COST_OVERFLOW, f"{tokens} tokens at {per_mtok} $/Mtok overflows") from None
 
 
 def _rates(usage: TokenUsage, price: Price) -> tuple[dict[str, float | None], int | None]:

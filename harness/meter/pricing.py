@@ -39,7 +39,7 @@ from typing import Any, Final
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, MeterRefusal, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.money import parse_cost
 
@@ -126,7 +126,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     refuse_path: str | None = None
 
-    def _refuse(self, code: str, message: str, mark: Any) -> Refusal:
+    def _refuse(self, code: Code, message: str, mark: Any) -> Refusal:
         line = None if mark is None else int(mark.line) + 1
         where = "" if line is None else f" at line {line}"
         extra = {} if line is None else {"line": line}
@@ -135,29 +135,29 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event: Any = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent):
-            raise self._refuse("pricing_yaml_forbidden", f"alias *{event.anchor} is refused", event.start_mark)
+            raise self._refuse(Code.PRICING_YAML_FORBIDDEN, f"alias *{event.anchor} is refused", event.start_mark)
         if getattr(event, "anchor", None) is not None:
-            raise self._refuse("pricing_yaml_forbidden", f"anchor &{event.anchor} is refused", event.start_mark)
+            raise self._refuse(Code.PRICING_YAML_FORBIDDEN, f"anchor &{event.anchor} is refused", event.start_mark)
         if getattr(event, "tag", None) is not None:
-            raise self._refuse("pricing_yaml_forbidden", f"explicit tag {event.tag!r} is refused", event.start_mark)
+            raise self._refuse(Code.PRICING_YAML_FORBIDDEN, f"explicit tag {event.tag!r} is refused", event.start_mark)
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, MappingNode):
-            raise self._refuse("pricing_yaml_invalid", "expected a mapping", node.start_mark)
+            raise self._refuse(Code.PRICING_YAML_INVALID, "expected a mapping", node.start_mark)
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             if not isinstance(key_node, ScalarNode):
-                raise self._refuse("pricing_yaml_forbidden", "a non-scalar mapping key is refused", key_node.start_mark)
+                raise self._refuse(Code.PRICING_YAML_FORBIDDEN, "a non-scalar mapping key is refused", key_node.start_mark)
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise self._refuse("pricing_yaml_forbidden", "merge keys (<<) are refused", key_node.start_mark)
+                raise self._refuse(Code.PRICING_YAML_FORBIDDEN, "merge keys (<<) are refused", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise self._refuse("pricing_invalid", f"key {key!r} is not a string", key_node.start_mark)
+                raise self._refuse(Code.PRICING_INVALID, f"key {key!r} is not a string", key_node.start_mark)
             line = key_node.start_mark.line + 1
             if key in seen:
-                raise Refusal(
-                    "pricing_duplicate_key",
+                raise MeterRefusal(
+                    Code.PRICING_DUPLICATE_KEY,
                     f"duplicate key {key!r} at line {line} (first at line {seen[key]})",
                     self.refuse_path,
                     key=key,
@@ -176,9 +176,9 @@ def _parse_yaml(text: str, path: str | None) -> Any:
         mark = exc.problem_mark or exc.context_mark
         line = None if mark is None else mark.line + 1
         where = "" if line is None else f" at line {line}"
-        raise Refusal("pricing_yaml_invalid", f"{exc.problem or exc.context}{where}", path) from None
+        raise MeterRefusal(Code.PRICING_YAML_INVALID, f"{exc.problem or exc.context}{where}", path) from None
     except yaml.YAMLError as exc:
-        raise Refusal("pricing_yaml_invalid", str(exc), path) from None
+        raise MeterRefusal(Code.PRICING_YAML_INVALID, str(exc), path) from None
     finally:
         loader.dispose()
 
@@ -190,22 +190,22 @@ def _price(value: Any, where: str, path: str | None) -> float:
     try:
         return parse_cost(value, field=where)
     except Refusal as exc:
-        raise Refusal("pricing_invalid", exc.message, path, field=where, cause=exc.code) from None
+        raise MeterRefusal(Code.PRICING_INVALID, exc.message, path, field=where, cause=exc.code) from None
 
 
 def _mapping(value: Any, where: str, allowed: frozenset[str], path: str | None) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise Refusal("pricing_invalid", f"{where} must be a mapping, found {type(value).__name__}", path, field=where)
+        raise MeterRefusal(Code.PRICING_INVALID, f"{where} must be a mapping, found {type(value).__name__}", path, field=where)
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise Refusal("pricing_invalid", f"{where}: unknown key {unknown[0]!r}", path, field=f"{where}.{unknown[0]}")
+        raise MeterRefusal(Code.PRICING_INVALID, f"{where}: unknown key {unknown[0]!r}", path, field=f"{where}.{unknown[0]}")
     return value
 
 
 def _prices(doc: Mapping[str, Any], where: str, path: str | None) -> dict[str, float | None]:
     for key in _REQUIRED:
         if key not in doc:
-            raise Refusal("pricing_invalid", f"{where}: {key} is required", path, field=f"{where}.{key}")
+            raise MeterRefusal(Code.PRICING_INVALID, f"{where}: {key} is required", path, field=f"{where}.{key}")
     return {k: _price(doc[k], f"{where}.{k}", path) if k in doc else None for k in _PRICE_KEYS}
 
 
@@ -213,8 +213,8 @@ def _tier(value: Any, where: str, path: str | None) -> Tier:
     doc = _mapping(value, where, _TIER_KEYS, path)
     above = doc.get("above_prompt_tokens")
     if isinstance(above, bool) or not isinstance(above, int) or above < 0:
-        raise Refusal(
-            "pricing_invalid", f"{where}.above_prompt_tokens must be a non-negative integer", path,
+        raise MeterRefusal(
+            Code.PRICING_INVALID, f"{where}.above_prompt_tokens must be a non-negative integer", path,
             field=f"{where}.above_prompt_tokens",
         )
     p = _prices(doc, where, path)
@@ -224,33 +224,33 @@ def _tier(value: Any, where: str, path: str | None) -> Tier:
 
 def _model(key: Any, value: Any, path: str | None) -> Price:
     if not isinstance(key, str) or not key.strip():
-        raise Refusal("pricing_invalid", f"pricing key {key!r} must be a non-empty string", path)
+        raise MeterRefusal(Code.PRICING_INVALID, f"pricing key {key!r} must be a non-empty string", path)
     where = f"models.{key}"
     doc = _mapping(value, where, _MODEL_KEYS, path)
     p = _prices(doc, where, path)
     if "reasoning" not in doc:
-        raise Refusal(
-            "pricing_invalid", f"{where}: reasoning is required ({BILLED_AS_OUTPUT!r} or a price)", path,
+        raise MeterRefusal(
+            Code.PRICING_INVALID, f"{where}: reasoning is required ({BILLED_AS_OUTPUT!r} or a price)", path,
             field=f"{where}.reasoning",
         )
     reasoning_raw = doc["reasoning"]
     reasoning = None if reasoning_raw == BILLED_AS_OUTPUT else _price(reasoning_raw, f"{where}.reasoning", path)
     raw_tiers = doc.get("tiers", [])
     if not isinstance(raw_tiers, list):
-        raise Refusal("pricing_invalid", f"{where}.tiers must be a list", path, field=f"{where}.tiers")
+        raise MeterRefusal(Code.PRICING_INVALID, f"{where}.tiers must be a list", path, field=f"{where}.tiers")
     tiers = tuple(_tier(t, f"{where}.tiers[{i}]", path) for i, t in enumerate(raw_tiers))
     for i in range(1, len(tiers)):
         if tiers[i].above_prompt_tokens <= tiers[i - 1].above_prompt_tokens:
-            raise Refusal(
-                "pricing_invalid", f"{where}.tiers must be strictly ascending by above_prompt_tokens", path,
+            raise MeterRefusal(
+                Code.PRICING_INVALID, f"{where}.tiers must be strictly ascending by above_prompt_tokens", path,
                 field=f"{where}.tiers[{i}]",
             )
     notional = doc.get("notional", False)
     if not isinstance(notional, bool):
-        raise Refusal("pricing_invalid", f"{where}.notional must be true or false", path, field=f"{where}.notional")
+        raise MeterRefusal(Code.PRICING_INVALID, f"{where}.notional must be true or false", path, field=f"{where}.notional")
     source = doc.get("source")
     if source is not None and not isinstance(source, str):
-        raise Refusal("pricing_invalid", f"{where}.source must be a string", path, field=f"{where}.source")
+        raise MeterRefusal(Code.PRICING_INVALID, f"{where}.source must be a string", path, field=f"{where}.source")
     assert p["input_per_mtok"] is not None and p["output_per_mtok"] is not None
     return Price(
         key, p["input_per_mtok"], p["output_per_mtok"], p["cached_input_per_mtok"], p["cache_write_per_mtok"],
@@ -265,12 +265,12 @@ def parse_pricing(data: bytes, path: str | os.PathLike[str] | None = None) -> Pr
     try:
         text = data.decode("utf-8", "strict")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", where) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", where) from None
     doc = _parse_yaml(text, where)
     top = _mapping(doc, "the pricing file", frozenset({"models"}), where)
     models = top.get("models")
     if not isinstance(models, dict) or not models:
-        raise Refusal("pricing_invalid", "models must be a non-empty mapping of pricing keys", where, field="models")
+        raise MeterRefusal(Code.PRICING_INVALID, "models must be a non-empty mapping of pricing keys", where, field="models")
     prices = {key: _model(key, value, where) for key, value in models.items()}
     return PricingTable(
         MappingProxyType(prices), digest, where, notional=all(p.notional for p in prices.values())

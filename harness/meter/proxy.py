@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, MeterRefusal, Refusal
 from harness.evidence.chain import seed_hash, verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.meter.exchange import redact_url
@@ -150,9 +150,9 @@ def _check_upstream(upstream: str) -> tuple[str, str]:
     """(origin, path prefix) of an upstream base URL, or a refusal."""
     parts = urlsplit(upstream)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refusal("proxy_upstream_invalid", f"upstream must be an http(s) URL, not {redact_url(upstream)!r}")
+        raise MeterRefusal(Code.PROXY_UPSTREAM_INVALID, f"upstream must be an http(s) URL, not {redact_url(upstream)!r}")
     if "@" in parts.netloc or parts.query or parts.fragment:
-        raise Refusal("proxy_upstream_invalid", "upstream must carry no user info, query or fragment (credentials go in headers)")
+        raise MeterRefusal(Code.PROXY_UPSTREAM_INVALID, "upstream must carry no user info, query or fragment (credentials go in headers)")
     return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/")
 
 
@@ -162,19 +162,19 @@ def _check_host(host: str) -> None:
     except ValueError:
         loopback = False
     if not loopback:
-        raise Refusal("proxy_not_loopback", f"the proxy listens on loopback only, not {host!r}")
+        raise MeterRefusal(Code.PROXY_NOT_LOOPBACK, f"the proxy listens on loopback only, not {host!r}")
 
 
 def _check_out(out: str, name: str) -> str:
     """Refuse a missing folder or a damaged log; returns the head the proxy's first line will chain onto."""
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
-        raise Refusal("folder_missing", "the wire log's folder does not exist", out)
+        raise InputRefusal(Code.FOLDER_MISSING, "the wire log's folder does not exist", out)
     if not os.path.lexists(out):
         return seed_hash(wire_seed(name))
     status = verify_log(out, wire_seed(name))
     if status.problem is not None:
-        code = "log_torn_tail" if status.problem.kind == "torn_tail" else "log_broken"
+        code = Code.LOG_TORN_TAIL if status.problem.kind == "torn_tail" else Code.LOG_BROKEN
         raise Refusal(code, status.problem.message, out, line=status.problem.line, kind=status.problem.kind)
     return status.head
 
@@ -196,7 +196,7 @@ def start_proxy(
     origin, prefix = _check_upstream(upstream)
     _check_host(host)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise Refusal("proxy_port_unavailable", f"port {port!r} is not in 0-65535")
+        raise MeterRefusal(Code.PROXY_PORT_UNAVAILABLE, f"port {port!r} is not in 0-65535")
     out_path = os.fspath(out)
     base_head = _check_out(out_path, name)
     client = httpx.Client(
@@ -209,7 +209,7 @@ def start_proxy(
         server = ProxyServer((host, port), origin, WireLog(out_path, name), client, base_head)
     except OSError as exc:
         client.close()
-        raise Refusal("proxy_port_unavailable", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise MeterRefusal(Code.PROXY_PORT_UNAVAILABLE, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = int(server.server_address[1])
     shown = f"[{host}]" if ":" in host else host
     proxy_origin = f"http://{shown}:{bound}"
@@ -221,7 +221,7 @@ def start_proxy(
         except OSError as exc:
             server.server_close()
             client.close()
-            raise Refusal("proxy_port_unavailable", f"cannot listen on {unix_socket}: {exc.strerror or exc}",
+            raise MeterRefusal(Code.PROXY_PORT_UNAVAILABLE, f"cannot listen on {unix_socket}: {exc.strerror or exc}",
                           unix_socket) from None  # fmt: skip
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="proctor-wire-proxy", daemon=True)
     thread.start()
@@ -244,7 +244,7 @@ def serve_proxy(
     (after the ready file, if any, was written).
     """
     if ready_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(ready_file))):
-        raise Refusal("folder_missing", "the ready file's folder does not exist", ready_file)
+        raise InputRefusal(Code.FOLDER_MISSING, "the ready file's folder does not exist", ready_file)
     handle = start_proxy(upstream, out, port, host=host, name=name)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, MeterRefusal
 from harness.evidence.chain import ChainedLog, read_log
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter, total_cost
@@ -154,9 +154,9 @@ def _record(
     usage: TokenUsage | None, error_code: str | None, via: str, redacted: bool = False,
 ) -> dict[str, Any]:
     if via not in VIAS:
-        raise Refusal("wire_record_invalid", f"via must be one of {VIAS}, not {via!r}")
+        raise MeterRefusal(Code.WIRE_RECORD_INVALID, f"via must be one of {VIAS}, not {via!r}")
     if error_code is not None and error_code not in ERROR_CODES:
-        raise Refusal("wire_record_invalid", f"unknown error_code {error_code!r}")
+        raise MeterRefusal(Code.WIRE_RECORD_INVALID, f"unknown error_code {error_code!r}")
     return {
         "kind": WIRE_KIND,
         "api_shape": api_shape if find_adapter(api_shape) is not None else "unknown",
@@ -352,7 +352,7 @@ def read_wire(path: PathArg, name: str | None = None) -> list[WireRecord]:
     p = os.fspath(path)
     docs = read_log(p, None if name is None else wire_seed(name))
     if docs and not str(docs[0].get("seed", "")).startswith(SEED_PREFIX):
-        raise Refusal("wire_seed_mismatch", f"not a wire log: seed {docs[0].get('seed')!r}", p, line=1)
+        raise MeterRefusal(Code.WIRE_SEED_MISMATCH, f"not a wire log: seed {docs[0].get('seed')!r}", p, line=1)
     records = []
     for line, doc in enumerate(docs, start=1):
         if doc.get("event") == "log_repair":  # a recorded torn-tail repair, not an exchange
@@ -360,7 +360,7 @@ def read_wire(path: PathArg, name: str | None = None) -> list[WireRecord]:
         try:
             records.append(_parse_record(doc, line))
         except (ValueError, TypeError, KeyError) as exc:
-            raise Refusal("wire_record_invalid", f"line {line}: {exc}", p, line=line) from None
+            raise MeterRefusal(Code.WIRE_RECORD_INVALID, f"line {line}: {exc}", p, line=line) from None
     return records
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from harness.audit.results import StudyResults, open_study
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, NotebookRefusal, Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root, resolve
@@ -237,7 +237,7 @@ def analysis_notebook() -> str:
     """`notebooks/analysis.ipynb` of the repository this package lives in."""
     path = os.path.join(_repository(), "notebooks", "analysis.ipynb")
     if not os.path.isfile(path):
-        raise Refusal("file_missing", "the analysis notebook is not here (an installed package without "
+        raise InputRefusal(Code.FILE_MISSING, "the analysis notebook is not here (an installed package without "
                       "the repository's notebooks/)", path)
     return path
 
@@ -341,9 +341,9 @@ def analyze_results(
         say(f"  the notebook stopped: {ename}\n")
         if ename == "Refusal":
             code = evalue.split(":", 1)[0].strip()
-            raise Refusal("analysis_refused", f"the analysis notebook refused: {evalue}", run.path,
+            raise NotebookRefusal(Code.ANALYSIS_REFUSED, f"the analysis notebook refused: {evalue}", run.path,
                           notebook_refusal=code, anchored=anchored)
-        raise Refusal("analysis_failed", f"the analysis notebook failed: {ename}: {evalue}", run.path,
+        raise NotebookRefusal(Code.ANALYSIS_FAILED, f"the analysis notebook failed: {ename}: {evalue}", run.path,
                       ename=ename, evalue=evalue, anchored=anchored)
     html_path = os.path.join(paths.out, "analysis.html")
     say(f"  exporting {html_path}\n")

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, NotebookRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes, read_json
 
 __all__ = ["BatchJob", "load_batch", "run_batch"]
@@ -71,7 +71,7 @@ class BatchJob:
     shown: str
 
 
-def _invalid(path: str, field: str, message: str, code: str = "batch_invalid") -> Refusal:
+def _invalid(path: str, field: str, message: str, code: Code = Code.BATCH_INVALID) -> Refusal:
     return Refusal(code, f"{field}: {message}", path, field=field)
 
 
@@ -116,7 +116,7 @@ def _job(raw: Any, index: int, path: str, folder: str) -> BatchJob:
         raise _invalid(path, f"{where}.cwd", f"{cwd} is not a folder")
     notebook = os.path.normpath(os.path.join(folder, os.path.expanduser(notebook_text)))
     if not os.path.isfile(notebook):
-        raise Refusal("batch_notebook_missing", f"{where}.notebook: no notebook at {notebook}", notebook,
+        raise NotebookRefusal(Code.BATCH_NOTEBOOK_MISSING, f"{where}.notebook: no notebook at {notebook}", notebook,
                       field=f"{where}.notebook")
     out = os.path.normpath(os.path.join(folder, os.path.expanduser(out_text)))
     if not out.endswith(".ipynb"):

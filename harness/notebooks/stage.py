@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import AuditRefusal, Code, Refusal, as_code
 from harness.evidence.chain import read_log
 from harness.evidence.clock import Clock
 from harness.evidence.jsonio import read_bytes, sha256_hex
@@ -121,7 +121,7 @@ def require_preflight(summary: RunSummary, *, dry_run: bool) -> None:
         return
     for p in summary.problems:
         if p.get("refusal"):
-            raise Refusal(str(p["refusal"]), str(p.get("message")), p.get("path"))
+            raise Refusal(as_code(str(p["refusal"])), str(p.get("message")), p.get("path"))
     said = "; ".join(f"{p.get('check')}: {p.get('message')}" for p in summary.problems) or "no problem named"
     raise PreflightFailed(f"the preflight of stage {summary.stage} found {len(summary.problems)} problem(s), "
                           f"nothing was run: {said}")
@@ -247,7 +247,7 @@ def anchor_outputs(
     from harness.run.anchors import anchor_record
 
     if reason not in OUTPUT_REASONS:
-        raise Refusal("anchor_reason_invalid", f"reason {reason!r} is not one of {', '.join(OUTPUT_REASONS)}",
+        raise AuditRefusal(Code.ANCHOR_REASON_INVALID, f"reason {reason!r} is not one of {', '.join(OUTPUT_REASONS)}",
                       os.path.join(folder, "anchors.jsonl"))
     remote = _registered_remote(folder, prereg)
     with InvocationLock(os.path.join(folder, ".invocation.lock")):

@@ -81,7 +81,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, PreregRefusal, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 
 __all__ = [
@@ -204,7 +204,7 @@ class Design:
     def stage(self, stage_id: str) -> Stage:
         found = next((s for s in self.stages if s.id == stage_id), None)
         if found is None:
-            raise Refusal("unknown_stage", f"no stage {stage_id!r}; registered: {', '.join(s.id for s in self.stages)}", self.path)
+            raise PreregRefusal(Code.UNKNOWN_STAGE, f"no stage {stage_id!r}; registered: {', '.join(s.id for s in self.stages)}", self.path)
         return found
 
 
@@ -224,13 +224,13 @@ def design_from_bytes(raw: bytes, path: str) -> Design:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", path) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", path) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise Refusal("design_invalid", f"not valid TOML: {exc}", path) from None
+        raise PreregRefusal(Code.DESIGN_INVALID, f"not valid TOML: {exc}", path) from None
     except RecursionError:  # tomllib recurses on nested arrays and inline tables
-        raise Refusal("design_invalid", "not valid TOML: nested too deeply", path) from None
+        raise PreregRefusal(Code.DESIGN_INVALID, "not valid TOML: nested too deeply", path) from None
     return parse_design(doc, path=path, sha256=sha256_hex(raw))
 
 
@@ -241,7 +241,7 @@ class _Reader:
         self.path = path
 
     def bad(self, message: str) -> Refusal:
-        return Refusal("design_invalid", message, self.path)
+        return PreregRefusal(Code.DESIGN_INVALID, message, self.path)
 
     def table(self, doc: dict[str, Any], key: str, allowed: set[str], *, required: set[str]) -> dict[str, Any]:
         value = doc.get(key)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, PreregRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes, sha256_hex
 from harness.prereg.design import Design, design_from_bytes
 from harness.providers.catalog import Catalog, parse_catalog
@@ -87,9 +87,9 @@ def _shown(name: str) -> str:
 def open_folder(path: str | os.PathLike[str]) -> str:
     folder = os.path.abspath(os.fspath(path))
     if not os.path.lexists(folder):
-        raise Refusal("folder_missing", "no such preregistration folder", folder)
+        raise InputRefusal(Code.FOLDER_MISSING, "no such preregistration folder", folder)
     if not os.path.isdir(folder):
-        raise Refusal("not_a_folder", "a preregistration is a folder", folder)
+        raise InputRefusal(Code.NOT_A_FOLDER, "a preregistration is a folder", folder)
     return folder
 
 
@@ -97,7 +97,7 @@ def read_folder(folder: str) -> Contents:
     try:
         names = sorted(os.listdir(folder))
     except OSError as exc:
-        raise Refusal("folder_unreadable", exc.strerror or str(exc), folder) from None
+        raise InputRefusal(Code.FOLDER_UNREADABLE, exc.strerror or str(exc), folder) from None
     files: dict[str, bytes] = {}
     odd: dict[str, str] = {}
     managed: set[str] = set()
@@ -126,7 +126,7 @@ def read_folder(folder: str) -> Contents:
 def refuse_odd(folder: str, contents: Contents) -> None:
     if contents.odd:
         listed = "; ".join(f"{name} ({what})" for name, what in sorted(contents.odd.items()))
-        raise Refusal("prereg_unexpected_entry", f"only visible regular files may be registered: {listed}",
+        raise PreregRefusal(Code.PREREG_UNEXPECTED_ENTRY, f"only visible regular files may be registered: {listed}",
                       folder, entries=sorted(contents.odd))
 
 
@@ -142,7 +142,7 @@ def locked(folder: str, *, exclusive: bool) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise Refusal("prereg_locked", "another proctor command is freezing, amending or checking it",
+                    raise PreregRefusal(Code.PREREG_LOCKED, "another proctor command is freezing, amending or checking it",
                                   folder) from None
                 time.sleep(0.02)
             except OSError as exc:
@@ -178,16 +178,16 @@ class Prepared:
 def validate(folder: str, contents: Contents) -> Prepared:
     missing = [name for name in REQUIRED_FILES if name not in contents.files]
     if missing:
-        raise Refusal("file_missing", f"a preregistration needs {', '.join(missing)}",
+        raise InputRefusal(Code.FILE_MISSING, f"a preregistration needs {', '.join(missing)}",
                       os.path.join(folder, missing[0]))
     design = design_from_bytes(contents.files["design.toml"], os.path.join(folder, "design.toml"))
     text_path = os.path.join(folder, "PREREG.md")
     try:
         text = contents.files["PREREG.md"].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refusal("invalid_utf8", f"not UTF-8 at byte {exc.start}", text_path) from None
+        raise InputRefusal(Code.INVALID_UTF8, f"not UTF-8 at byte {exc.start}", text_path) from None
     if not text.strip():
-        raise Refusal("prereg_text_empty", "PREREG.md holds no text", text_path)
+        raise PreregRefusal(Code.PREREG_TEXT_EMPTY, "PREREG.md holds no text", text_path)
     raw = contents.files["systems.json"]
     systems = _check_manifest(loads_strict(raw, path=os.path.join(folder, "systems.json")), design,
                               os.path.join(folder, "systems.json"))
@@ -205,7 +205,7 @@ def _check_manifest(value: Any, design: Design, path: str) -> tuple[dict[str, st
     """systems.json must be exactly the design's systems: same study, order, provider, model, setting."""
 
     def bad(message: str) -> Refusal:
-        return Refusal("systems_manifest_invalid", message, path)
+        return PreregRefusal(Code.SYSTEMS_MANIFEST_INVALID, message, path)
 
     if set(value) != {"study", "systems"}:
         raise bad(f"expected exactly the keys study and systems, found {', '.join(sorted(value)) or 'none'}")
@@ -243,7 +243,7 @@ def _check_manifest(value: Any, design: Design, path: str) -> tuple[dict[str, st
                 problems.append(f"system {entry['slot']}: {key} is {entry[key]!r} in systems.json, "
                                 f"{want[key]!r} in design.toml")
     if problems:
-        raise Refusal("systems_manifest_mismatch", "; ".join(problems), path, problems=problems)
+        raise PreregRefusal(Code.SYSTEMS_MANIFEST_MISMATCH, "; ".join(problems), path, problems=problems)
     return tuple(frozen)
 
 
@@ -261,7 +261,7 @@ def _check_catalog(catalog: Catalog, design: Design) -> None:
             problems.append(f"system {system.slot}: pricing key {system.pricing_key!r} in design.toml, "
                             f"{model.pricing_key!r} in catalog.toml")
     if problems:
-        raise Refusal("systems_catalog_mismatch", "; ".join(problems), catalog.path, problems=problems)
+        raise PreregRefusal(Code.SYSTEMS_CATALOG_MISMATCH, "; ".join(problems), catalog.path, problems=problems)
 
 
 def resolve_packet(design: Design) -> tuple[int, str]:
@@ -270,7 +270,7 @@ def resolve_packet(design: Design) -> tuple[int, str]:
 
     packet = load_packet(design.packet_path, design.packet_sha256)
     if design.draw_items > len(packet.items):
-        raise Refusal("draw_exceeds_packet",
+        raise PreregRefusal(Code.DRAW_EXCEEDS_PACKET,
                       f"the design draws {design.draw_items} items; the packet holds {len(packet.items)}",
                       design.packet_path)
     return len(packet.items), packet.sha256

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, LogRefusal, PreregRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write
@@ -80,7 +80,7 @@ def _write_frozen(
     try:
         atomic_write(os.path.join(folder, FROZEN_NAME), data, mode=0o644)
     except OSError as exc:
-        raise Refusal("file_unwritable", exc.strerror or str(exc), os.path.join(folder, FROZEN_NAME)) from None
+        raise LogRefusal(Code.FILE_UNWRITABLE, exc.strerror or str(exc), os.path.join(folder, FROZEN_NAME)) from None
     return {**record, "sha256": sha256_hex(data)}
 
 
@@ -94,10 +94,10 @@ def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
     with locked(folder, exclusive=True):
         contents = read_folder(folder)
         if FROZEN_NAME in contents.managed:  # anything else by that name is refused as unexpected below
-            raise Refusal("prereg_already_frozen", "already frozen: record a change with proctor prereg amend",
+            raise PreregRefusal(Code.PREREG_ALREADY_FROZEN, "already frozen: record a change with proctor prereg amend",
                           os.path.join(folder, FROZEN_NAME))
         if AMENDMENTS_NAME in contents.managed:
-            raise Refusal("prereg_already_frozen", "AMENDMENTS.jsonl exists, so this was frozen before and "
+            raise PreregRefusal(Code.PREREG_ALREADY_FROZEN, "AMENDMENTS.jsonl exists, so this was frozen before and "
                           "FROZEN.json is missing: restore it rather than freezing again",
                           os.path.join(folder, AMENDMENTS_NAME))
         refuse_odd(folder, contents)
@@ -111,7 +111,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
     """`proctor prereg amend DIR --reason TEXT`: log what changed since the last freeze, then re-freeze."""
     folder = open_folder(path)
     if not isinstance(reason, str) or not reason.strip():
-        raise Refusal("amendment_reason_empty", "an amendment needs a reason", folder)
+        raise PreregRefusal(Code.AMENDMENT_REASON_EMPTY, "an amendment needs a reason", folder)
     log_path = os.path.join(folder, AMENDMENTS_NAME)
     with locked(folder, exclusive=True):
         frozen = read_frozen(folder)
@@ -119,7 +119,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
         refuse_odd(folder, contents)
         prepared = validate(folder, contents)
         if prepared.design.study_id != frozen.study:
-            raise Refusal("amendment_changes_study", f"the study id is {frozen.study!r}: an amendment cannot "
+            raise PreregRefusal(Code.AMENDMENT_CHANGES_STUDY, f"the study id is {frozen.study!r}: an amendment cannot "
                           "change it (results and logs are named by it)", prepared.design.path)
         resolve_packet(prepared.design)
         amendments = read_amendments(folder, frozen.study)
@@ -137,7 +137,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
         check_replay(amendments, frozen, log_path)
         changed = diff_files(frozen.files, current)
         if not changed:
-            raise Refusal("amendment_empty", "nothing changed since the last freeze", folder)
+            raise PreregRefusal(Code.AMENDMENT_EMPTY, "nothing changed since the last freeze", folder)
         floor = max([epoch(frozen.frozen_at) or 0.0] + [epoch(a.at) or 0.0 for a in amendments])
         record = Amendment(len(amendments) + 1, utc_iso(Clock(floor).now()), reason, tuple(changed))
         line = ChainedLog(log_path, amendments_seed(frozen.study)).append(record.to_json())

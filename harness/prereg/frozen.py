@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, PreregRefusal, Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import (
     canonical_bytes,
@@ -172,10 +172,10 @@ def epoch(text: Any) -> float | None:
 def read_frozen(folder: str) -> FrozenFile:
     path = os.path.join(folder, FROZEN_NAME)
     if not os.path.lexists(path):
-        raise Refusal("prereg_not_frozen", "no FROZEN.json: run proctor prereg freeze first", folder)
+        raise PreregRefusal(Code.PREREG_NOT_FROZEN, "no FROZEN.json: run proctor prereg freeze first", folder)
 
     def bad(message: str) -> Refusal:
-        return Refusal("frozen_invalid", message, path)
+        return PreregRefusal(Code.FROZEN_INVALID, message, path)
 
     if not stat.S_ISREG(os.lstat(path).st_mode):
         raise bad("FROZEN.json must be a regular file, not a link or anything else")
@@ -206,7 +206,7 @@ def parse_amendment(record: dict[str, Any], index: int, path: str) -> Amendment:
     """One log record, validated (the log's lines are canonical, so its line's sha256 is recomputed)."""
 
     def bad(message: str) -> Refusal:
-        return Refusal("amendments_invalid", f"line {index}: {message}", path, line=index)
+        return PreregRefusal(Code.AMENDMENTS_INVALID, f"line {index}: {message}", path, line=index)
 
     allowed = {"amendment", "at", "reason", "changed", "prev"} | ({"seed"} if index == 1 else set())
     if not {"amendment", "at", "reason", "changed", "prev"} <= set(record) <= allowed:
@@ -240,7 +240,7 @@ def read_amendments(folder: str, study: str) -> list[Amendment]:
     if not os.path.lexists(path):
         return []
     if not stat.S_ISREG(os.lstat(path).st_mode):
-        raise Refusal("amendments_invalid", "AMENDMENTS.jsonl must be a regular file, not a link or anything else",
+        raise PreregRefusal(Code.AMENDMENTS_INVALID, "AMENDMENTS.jsonl must be a regular file, not a link or anything else",
                       path)
     records = read_log(path, amendments_seed(study))
     amendments = [parse_amendment(r, i, path) for i, r in enumerate(records, 1)]
@@ -248,7 +248,7 @@ def read_amendments(folder: str, study: str) -> list[Amendment]:
     for a in amendments:
         at = epoch(a.at) or 0.0
         if at < last:
-            raise Refusal("amendments_invalid", f"line {a.number}: dated before the amendment above it", path,
+            raise PreregRefusal(Code.AMENDMENTS_INVALID, f"line {a.number}: dated before the amendment above it", path,
                           line=a.number)
         last = at
     return amendments
@@ -272,16 +272,16 @@ def check_replay(amendments: list[Amendment], frozen: FrozenFile, path: str) -> 
     for a in amendments:
         for c in a.changed:
             if c.path in latest and latest[c.path] != c.old:
-                raise Refusal("amendments_invalid", f"line {a.number}: {c.path}'s old hash is not the one "
+                raise PreregRefusal(Code.AMENDMENTS_INVALID, f"line {a.number}: {c.path}'s old hash is not the one "
                               "the amendment before recorded", path, line=a.number)
             latest[c.path] = c.new
     wrong = sorted(p for p, h in latest.items() if frozen.files.get(p) != h)
     if wrong:
-        raise Refusal("amendments_invalid", f"FROZEN.json disagrees with the last amendment of: {', '.join(wrong)}",
+        raise PreregRefusal(Code.AMENDMENTS_INVALID, f"FROZEN.json disagrees with the last amendment of: {', '.join(wrong)}",
                       path)
     head = amendments[-1].line_sha256 if amendments else None
     if head != frozen.head:
-        raise Refusal("amendments_invalid", "the amendment log's last line is not the one FROZEN.json recorded "
+        raise PreregRefusal(Code.AMENDMENTS_INVALID, "the amendment log's last line is not the one FROZEN.json recorded "
                       "(an amendment was edited)", path)
 
 
@@ -303,7 +303,7 @@ def count_mismatch(frozen: FrozenFile, amendments: list[Amendment], path: str) -
     if len(amendments) == frozen.amendments + 1:
         hint = (" (an amend was interrupted after logging it: proctor prereg amend completes it when the "
                 "folder is as that amendment says)")
-    return Refusal("amendments_count_mismatch", f"FROZEN.json counts {frozen.amendments} amendments, "
+    return PreregRefusal(Code.AMENDMENTS_COUNT_MISMATCH, f"FROZEN.json counts {frozen.amendments} amendments, "
                    f"AMENDMENTS.jsonl holds {len(amendments)}{hint}", path,
                    frozen=frozen.amendments, logged=len(amendments))
 
@@ -325,12 +325,12 @@ def check_frozen(path: str | os.PathLike[str]) -> FrozenPrereg:
 
             said = "; ".join(f"{c.path} {c.change}" + (f" ({contents.odd[c.path]})" if c.path in contents.odd else "")
                              for c in changes)
-            raise Refusal("prereg_changed_since_freeze", f"changed since its freeze: {said} "
+            raise PreregRefusal(Code.PREREG_CHANGED_SINCE_FREEZE, f"changed since its freeze: {said} "
                           "(record the change with proctor prereg amend DIR --reason TEXT)", folder,
                           added=named("added"), changed=named("changed"), removed=named("removed"))
         prepared = validate(folder, contents)
         if prepared.design.study_id != frozen.study:
-            raise Refusal("frozen_invalid", f"FROZEN.json is for study {frozen.study!r}, the design for "
+            raise PreregRefusal(Code.FROZEN_INVALID, f"FROZEN.json is for study {frozen.study!r}, the design for "
                           f"{prepared.design.study_id!r}", os.path.join(folder, FROZEN_NAME))
         log_path = os.path.join(folder, AMENDMENTS_NAME)
         amendments = read_amendments(folder, frozen.study)

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, LogRefusal, PreregRefusal
 from harness.evals.suite import Packet, PacketItem, load_packet
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
@@ -192,7 +192,7 @@ class _Bodies:
                                 f"{model.pricing_key!r} in the catalog")
             self.models[system.slot] = model
         if problems:
-            raise Refusal("systems_catalog_mismatch", "; ".join(problems), catalog.path, problems=problems)
+            raise PreregRefusal(Code.SYSTEMS_CATALOG_MISMATCH, "; ".join(problems), catalog.path, problems=problems)
         self.cache: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     def settings(self, system: System, arm_id: str) -> GenerationSettings:
@@ -245,8 +245,8 @@ def build_plan(
         raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
     items: dict[str, PacketItem] = {it.item: it for it in packet.items}
     if design.draw_items > len(items):
-        raise Refusal(
-            "draw_exceeds_packet",
+        raise PreregRefusal(
+            Code.DRAW_EXCEEDS_PACKET,
             f"the design draws {design.draw_items} items; the packet holds {len(items)}",
             design.packet_path,
         )
@@ -295,7 +295,7 @@ def plan_study(prereg_dir: str | os.PathLike[str], scope: str) -> Plan:
     else:
         catalog = load_catalog(local)
         if catalog.sha256 != frozen.catalog_sha256:  # changed between the freeze check and this read
-            raise Refusal("prereg_changed_since_freeze", "changed since its freeze: catalog.toml changed",
+            raise PreregRefusal(Code.PREREG_CHANGED_SINCE_FREEZE, "changed since its freeze: catalog.toml changed",
                           folder, added=[], changed=["catalog.toml"], removed=[])
     return build_plan(
         design, packet, catalog, scope,
@@ -317,16 +317,16 @@ def write_plan(
     target = os.path.abspath(os.fspath(out))
     folder = os.path.dirname(target)
     if os.path.isdir(folder) and os.path.isdir(prereg_dir) and os.path.samefile(folder, prereg_dir):
-        raise Refusal("plan_out_forbidden", "a plan written into the preregistration folder would change "
+        raise PreregRefusal(Code.PLAN_OUT_FORBIDDEN, "a plan written into the preregistration folder would change "
                       "what was frozen; write it elsewhere (e.g. results/)", target)
     plan = plan_study(prereg_dir, scope)
     data = plan.to_bytes()
     if not os.path.isdir(folder):
-        raise Refusal("folder_missing", "the plan's folder does not exist", folder)
+        raise InputRefusal(Code.FOLDER_MISSING, "the plan's folder does not exist", folder)
     try:
         atomic_write(target, data, mode=0o644)
     except OSError as exc:
-        raise Refusal("file_unwritable", exc.strerror or str(exc), target) from None
+        raise LogRefusal(Code.FILE_UNWRITABLE, exc.strerror or str(exc), target) from None
     return {
         "ok": True,
         "study": plan.study,

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.providers.registry import api_shapes, find_adapter
 
@@ -125,7 +125,7 @@ class WorkerTemplate:
         argv = [_fill(a, values) for a in self.argv]
         if session is not None:
             if not self.resume:
-                raise Refusal("resume_unsupported", f"the worker of {model!r} has no resume arguments")
+                raise ProviderRefusal(Code.RESUME_UNSUPPORTED, f"the worker of {model!r} has no resume arguments")
             argv += [_fill(a, {**values, "session": session}) for a in self.resume]
         return argv
 
@@ -232,7 +232,7 @@ def parse_catalog(data: bytes, path: str, *, source: str = "flag") -> Catalog:
     """Validate catalog bytes (exactly as read) into a `Catalog`; every problem is `catalog_invalid`."""
 
     def bad(message: str, **details: Any) -> Refusal:
-        return Refusal("catalog_invalid", message, path, **details)
+        return ProviderRefusal(Code.CATALOG_INVALID, message, path, **details)
 
     digest = sha256_hex(data)
     try:
@@ -377,8 +377,8 @@ def resolve_model(catalog: Catalog, model_id: str) -> CatalogModel:
         return found
     family = family_of(catalog, model_id)
     hint = f"same family: {', '.join(family)}" if family else f"known ids: {', '.join(catalog.ids())}"
-    raise Refusal(
-        "unknown_model",
+    raise ProviderRefusal(
+        Code.UNKNOWN_MODEL,
         f"no model {model_id!r} in the catalog ({hint})",
         catalog.path,
         family=family,

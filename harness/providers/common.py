@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal, Refusal
 from harness.evidence.jsonio import canonical_bytes, loads_strict, sha256_hex
 from harness.providers.base import GenerationSettings, ParsedResponse, ProviderRequest
 from harness.records.usage import TokenUsage
@@ -48,22 +48,22 @@ def truncate(text: str, limit: int = MAX_MESSAGE) -> str:
 def url_base(base_url: str) -> str:
     """The base URL without a trailing slash; refuses anything that is not http(s)."""
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise Refusal("base_url_invalid", f"base URL must start with http:// or https://: {base_url!r}")
+        raise ProviderRefusal(Code.BASE_URL_INVALID, f"base URL must start with http:// or https://: {base_url!r}")
     if _MODEL_ID.fullmatch(base_url) is None or "?" in base_url or "#" in base_url:
-        raise Refusal("base_url_invalid", "base URL has whitespace, control characters, a query or a fragment")
+        raise ProviderRefusal(Code.BASE_URL_INVALID, "base URL has whitespace, control characters, a query or a fragment")
     return base_url.rstrip("/")
 
 
 def check_model(model: str, *, forbid: str = "") -> str:
     """A model id: non-empty, no whitespace or control characters, none of `forbid`."""
     if not isinstance(model, str) or _MODEL_ID.fullmatch(model) is None or any(c in model for c in forbid):
-        raise Refusal("model_id_invalid", f"model id cannot be sent: {model!r}")
+        raise ProviderRefusal(Code.MODEL_ID_INVALID, f"model id cannot be sent: {model!r}")
     return model
 
 
 def refuse_unsupported(api_shape: str, setting: str, why: str) -> Refusal:
     """The refusal for a setting this API shape cannot carry."""
-    return Refusal("setting_unsupported", f"{api_shape} cannot send {setting}: {why}", setting=setting)
+    return ProviderRefusal(Code.SETTING_UNSUPPORTED, f"{api_shape} cannot send {setting}: {why}", setting=setting)
 
 
 def _number(value: Any) -> bool:

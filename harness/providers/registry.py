@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal
 from harness.providers import anthropic_messages, gemini_generate, openai_chat, openai_responses
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.streams import body_asks_stream, json_object
@@ -120,7 +120,7 @@ def adapter_for(api_shape: str) -> Adapter:
     found = find_adapter(api_shape)
     if found is None:
         known = ", ".join(sorted(ADAPTERS))
-        raise Refusal("unknown_api_shape", f"no adapter for API shape {api_shape!r} (known: {known})")
+        raise ProviderRefusal(Code.UNKNOWN_API_SHAPE, f"no adapter for API shape {api_shape!r} (known: {known})")
     return found
 
 

@@ -41,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_line, loads_strict, read_bytes, read_json
 from harness.providers.edit_format import render_files
@@ -91,7 +91,7 @@ def load_answers(path: str | os.PathLike[str]) -> list[Item]:
     seen: set[str] = set()
     for number, line in enumerate(lines, 1):
 
-        def bad(message: str, code: str = "sim_answers_invalid", at: int = number) -> Refusal:
+        def bad(message: str, code: Code = Code.SIM_ANSWERS_INVALID, at: int = number) -> Refusal:
             return Refusal(code, f"line {at}: {message}", where)
 
         try:
@@ -108,7 +108,7 @@ def load_answers(path: str | os.PathLike[str]) -> list[Item]:
         if answer in wrong:
             raise bad("a wrong answer equals the reference answer")
         if match in seen:
-            raise bad(f"match {match!r} is given twice", "sim_answers_duplicate_match")
+            raise bad(f"match {match!r} is given twice", Code.SIM_ANSWERS_DUPLICATE_MATCH)
         seen.add(match)
         items.append(Item(match, answer, tuple(wrong)))
     return items
@@ -125,7 +125,7 @@ def _scope_text(folder: str, rel: str) -> str | None:
     try:
         return read_bytes(target).decode("utf-8")
     except UnicodeDecodeError:
-        raise Refusal("sim_task_invalid", f"{rel} is not UTF-8 text", target) from None
+        raise ProviderRefusal(Code.SIM_TASK_INVALID, f"{rel} is not UTF-8 text", target) from None
 
 
 def load_task_answers(folder: str | os.PathLike[str]) -> list[Item]:
@@ -134,11 +134,11 @@ def load_task_answers(folder: str | os.PathLike[str]) -> list[Item]:
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
-        raise Refusal("folder_missing", "no such folder", root) from None
+        raise InputRefusal(Code.FOLDER_MISSING, "no such folder", root) from None
     except NotADirectoryError:
-        raise Refusal("not_a_folder", "a file, not a folder of tasks", root) from None
+        raise InputRefusal(Code.NOT_A_FOLDER, "a file, not a folder of tasks", root) from None
     except PermissionError:
-        raise Refusal("folder_unreadable", "permission denied", root) from None
+        raise InputRefusal(Code.FOLDER_UNREADABLE, "permission denied", root) from None
     items: list[Item] = []
     for name in names:
         task_dir = os.path.join(root, name)
@@ -148,21 +148,21 @@ def load_task_answers(folder: str | os.PathLike[str]) -> list[Item]:
         doc = read_json(task_file, max_bytes=4 * 1024 * 1024).value
         task_id, scope = doc.get("task_id"), doc.get("scope")
         if not isinstance(task_id, str) or not task_id or "\n" in task_id:
-            raise Refusal("sim_task_invalid", "task_id must be a one-line string", task_file)
+            raise ProviderRefusal(Code.SIM_TASK_INVALID, "task_id must be a one-line string", task_file)
         plain = isinstance(scope, list) and all(isinstance(p, str) and _plain_relative(p) for p in scope)
         if not scope or not plain:
-            raise Refusal("sim_task_invalid", "scope must be a non-empty list of plain relative paths", task_file)
+            raise ProviderRefusal(Code.SIM_TASK_INVALID, "scope must be a non-empty list of plain relative paths", task_file)
         fixed = {rel: _scope_text(os.path.join(task_dir, "fix"), rel) for rel in scope}
         missing = sorted(rel for rel, text in fixed.items() if text is None)
         if missing:
-            raise Refusal("sim_task_invalid", f"missing from fix/: {', '.join(missing)}", task_file)
+            raise ProviderRefusal(Code.SIM_TASK_INVALID, f"missing from fix/: {', '.join(missing)}", task_file)
         workspace = os.path.join(task_dir, "workspace")
         given = {rel: t for rel in scope if (t := _scope_text(workspace, rel)) is not None}
         wrong = render_files(given) if given else GENERIC_ANSWER
         answer = render_files({rel: text for rel, text in fixed.items() if text is not None})
         items.append(Item(f"task_id: {task_id}", answer, (wrong,)))
     if not items:
-        raise Refusal("sim_tasks_empty", "no <name>/task.json in this folder", root)
+        raise ProviderRefusal(Code.SIM_TASKS_EMPTY, "no <name>/task.json in this folder", root)
     return items
 
 
@@ -269,7 +269,7 @@ def check_loopback(host: str) -> socket.AddressFamily:
     except ValueError:
         address = None
     if address is None or not address.is_loopback:
-        raise Refusal("sim_host_not_loopback", f"the simulator serves on loopback only, not {host!r}")
+        raise ProviderRefusal(Code.SIM_HOST_NOT_LOOPBACK, f"the simulator serves on loopback only, not {host!r}")
     return socket.AF_INET6 if address.version == 6 else socket.AF_INET
 
 
@@ -281,7 +281,7 @@ def latency_scale_from_env() -> float:
     except ValueError:
         scale = -1.0
     if not math.isfinite(scale) or scale < 0:
-        raise Refusal("sim_latency_scale_invalid", f"PROCTOR_SIM_LATENCY_SCALE={raw!r} is not a number >= 0")
+        raise ProviderRefusal(Code.SIM_LATENCY_SCALE_INVALID, f"PROCTOR_SIM_LATENCY_SCALE={raw!r} is not a number >= 0")
     return scale
 
 
@@ -300,11 +300,11 @@ def serve(
     """
     family = check_loopback(host)
     if not 0 <= port <= 65535:
-        raise Refusal("sim_port_unavailable", f"port {port} is not in 0-65535")
+        raise ProviderRefusal(Code.SIM_PORT_UNAVAILABLE, f"port {port} is not in 0-65535")
     try:
         server = _Server((host, port), service, family)
     except OSError as exc:
-        raise Refusal("sim_port_unavailable", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ProviderRefusal(Code.SIM_PORT_UNAVAILABLE, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = server.server_address[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     info = {

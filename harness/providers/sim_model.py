@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal, Refusal
 from harness.evidence.jsonio import loads_strict
 
 __all__ = [
@@ -186,7 +186,7 @@ def merge_items(*groups: Iterable[Item]) -> list[Item]:
     for group in groups:
         for item in group:
             if item.match in seen:
-                raise Refusal("sim_answers_duplicate_match", f"match {item.match!r} is given twice")
+                raise ProviderRefusal(Code.SIM_ANSWERS_DUPLICATE_MATCH, f"match {item.match!r} is given twice")
             seen[item.match] = item
     return sorted(seen.values(), key=lambda it: (-len(it.match), it.match))
 
@@ -200,18 +200,18 @@ def _number(value: Any, where: str, path: str, *, low: float, high: float, low_o
     if ok and not isinstance(value, bool) and (value > low if low_open else value >= low) and value <= high:
         return float(value)
     bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-    raise Refusal("sim_systems_invalid", f"{where} must be a number in {bound}, got {json.dumps(value)}", path)
+    raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where} must be a number in {bound}, got {json.dumps(value)}", path)
 
 
 def _object(value: Any, where: str, path: str, required: set[str], optional: set[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise Refusal("sim_systems_invalid", f"{where} must be an object", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where} must be an object", path)
     unknown = sorted(set(value) - required - optional)
     if unknown:
-        raise Refusal("sim_systems_invalid", f"{where}: unknown keys: {', '.join(unknown)}", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where}: unknown keys: {', '.join(unknown)}", path)
     missing = sorted(required - set(value))
     if missing:
-        raise Refusal("sim_systems_invalid", f"{where}: missing keys: {', '.join(missing)}", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where}: missing keys: {', '.join(missing)}", path)
     return value
 
 
@@ -224,7 +224,7 @@ def _latency(value: Any, where: str, path: str) -> Latency:
         doc = _object(value, where, path, {"dist", "median", "sigma"}, set())
         median = _number(doc["median"], f"{where}.median", path, low=0, high=MAX_LATENCY_S, low_open=True)
         return Latency("lognormal", median, _number(doc["sigma"], f"{where}.sigma", path, low=0, high=5))
-    raise Refusal("sim_systems_invalid", f'{where} must be {{"dist": "fixed" | "lognormal", ...}}', path)
+    raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f'{where} must be {{"dist": "fixed" | "lognormal", ...}}', path)
 
 
 def _system(value: Any, where: str, path: str) -> SimSystem:
@@ -232,16 +232,16 @@ def _system(value: Any, where: str, path: str) -> SimSystem:
     doc = _object(value, where, path, {"name", "skill", "latency_s"}, optional)
     name, snapshot = doc["name"], doc.get("snapshot", doc["name"])
     if not isinstance(name, str) or not _NAME.match(name):
-        raise Refusal("sim_systems_invalid", f"{where}.name must be 1-128 of letters, digits, . _ : / -", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where}.name must be 1-128 of letters, digits, . _ : / -", path)
     if not isinstance(snapshot, str) or not snapshot:
-        raise Refusal("sim_systems_invalid", f"{where}.snapshot must be a non-empty string", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where}.snapshot must be a non-empty string", path)
     tokens = _object(doc.get("output_tokens", {"mean": 200}), f"{where}.output_tokens", path, {"mean"}, set())
     mean = _number(tokens["mean"], f"{where}.output_tokens.mean", path, low=1, high=100_000)
     keys = set(FAILURE_KINDS)
     planted = _object(doc.get("failures", {}), f"{where}.failures", path, set(), keys)
     rates = {k: _number(v, f"{where}.failures.{k}", path, low=0, high=1) for k, v in planted.items()}
     if math.fsum(rates.values()) > 1:
-        raise Refusal("sim_systems_invalid", f"{where}.failures: probabilities sum to more than 1", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, f"{where}.failures: probabilities sum to more than 1", path)
     return SimSystem(
         name=name,
         skill=_number(doc["skill"], f"{where}.skill", path, low=0, high=1),
@@ -256,12 +256,12 @@ def parse_systems(doc: Any, path: str) -> dict[str, SimSystem]:
     """Validate a decoded systems file `{"systems": [...]}`; every problem a named refusal with `path`."""
     doc = _object(doc, "the file", path, {"systems"}, set())
     if not isinstance(doc["systems"], list) or not doc["systems"]:
-        raise Refusal("sim_systems_invalid", "systems must be a non-empty list", path)
+        raise ProviderRefusal(Code.SIM_SYSTEMS_INVALID, "systems must be a non-empty list", path)
     out: dict[str, SimSystem] = {}
     for i, value in enumerate(doc["systems"]):
         system = _system(value, f"systems[{i}]", path)
         if system.name in out:
-            raise Refusal("sim_system_duplicate_name", f"systems[{i}]: {system.name!r} is given twice", path)
+            raise ProviderRefusal(Code.SIM_SYSTEM_DUPLICATE_NAME, f"systems[{i}]: {system.name!r} is given twice", path)
         out[system.name] = system
     return out
 

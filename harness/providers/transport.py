@@ -56,7 +56,7 @@ import h11
 import httpx
 
 from harness._version import __version__
-from harness.errors import Refusal
+from harness.errors import Code, ProviderRefusal
 from harness.evidence.jsonio import sha256_hex
 from harness.providers.base import Exchange, ProviderRequest
 from harness.providers.common import failure, truncate
@@ -308,9 +308,9 @@ class Transport:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             math.isfinite(timeout_s) and timeout_s > 0
         ):
-            raise Refusal("transport_invalid", f"timeout_s must be a finite number > 0, got {timeout_s!r}")
+            raise ProviderRefusal(Code.TRANSPORT_INVALID, f"timeout_s must be a finite number > 0, got {timeout_s!r}")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
-            raise Refusal("transport_invalid", f"max_connections must be an integer >= 1, got {max_connections!r}")
+            raise ProviderRefusal(Code.TRANSPORT_INVALID, f"max_connections must be an integer >= 1, got {max_connections!r}")
         self.timeout_s = float(timeout_s)
         self.max_connections = max_connections
         self.uds = uds
@@ -357,7 +357,7 @@ class Transport:
     async def asend(self, request: ProviderRequest, credential: str | None) -> Exchange:
         """`send` for asyncio: same request bytes, same Exchange."""
         if self.uds is not None:
-            raise Refusal("transport_invalid", "a Unix-socket transport sends with `send` only")
+            raise ProviderRefusal(Code.TRANSPORT_INVALID, "a Unix-socket transport sends with `send` only")
         adapter_for(request.api_shape)
         check_credential(credential)
         if self._apool is None or self._apool.loop is not asyncio.get_running_loop():  # bound to its loop

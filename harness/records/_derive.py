@@ -14,6 +14,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from harness.errors import Code
 from harness.records._shape import BOOL, CHAIN_KEYS, INT, NUM, STR, Field, Fields, Shape
 
 __all__ = ["read", "shape_of", "write"]
@@ -48,7 +49,7 @@ def read(
     cls: type[T],
     obj: Mapping[str, Any],
     *,
-    code: str,
+    code: Code,
     path: str | None,
     line: int | None = None,
     optional: frozenset[str] = frozenset(),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal
 
 __all__ = [
     "BOOL", "CHAIN_KEYS", "COST", "INT", "LIST", "NUM", "OPT_BOOL", "OPT_STR", "STR",
@@ -97,7 +97,7 @@ def values_of(shape: Shape | Field, what: str) -> Field:
     return Field(what, ok)
 
 
-def refusal(code: str, message: str, path: str | None, line: int | None) -> Refusal:
+def refusal(code: Code, message: str, path: str | None, line: int | None) -> Refusal:
     """A refusal naming the line (as "line N: ...") when there is one."""
     where = "" if line is None else f"line {line}: "
     return Refusal(code, where + message, path, **({} if line is None else {"line": line}))
@@ -106,10 +106,10 @@ def refusal(code: str, message: str, path: str | None, line: int | None) -> Refu
 class Fields:
     """Typed reads of one JSON object; a problem is `code` naming the line."""
 
-    def __init__(self, obj: Mapping[str, Any], line: int | None, path: str | None, code: str) -> None:
+    def __init__(self, obj: Mapping[str, Any], line: int | None, path: str | None, code: Code) -> None:
         self.obj, self.line, self.path, self.code = obj, line, path, code
 
-    def bad(self, message: str, code: str | None = None) -> Refusal:
+    def bad(self, message: str, code: Code | None = None) -> Refusal:
         return refusal(code or self.code, message, self.path, self.line)
 
     def keys(self, required: frozenset[str], *, extra_ok: bool = False, ignore: frozenset[str] = frozenset()) -> None:

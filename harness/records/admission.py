@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._shape import BOOL, INT, NUM, STR, Fields, Shape, kind_is, object_of, one_of
 
 __all__ = ["ADMISSION_FIELDS", "ADMISSION_KIND", "DECISIONS", "Admission", "CeilingState"]
@@ -58,7 +59,7 @@ class Admission:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> Admission:
         """An admission read strictly (`run_log_invalid`): its kind and every field with its type."""
-        Fields(obj, line, path, code="run_log_invalid").shape(ADMISSION_FIELDS)
+        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(ADMISSION_FIELDS)
         values = {k: obj[k] for k in ADMISSION_FIELDS if k != "kind"}
         values["ceiling"] = CeilingState(**{k: obj["ceiling"][k] for k in _CEILING})
         return cls(**values)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._shape import INT, NUM, OPT_STR, STR, Fields, Shape, kind_is, values_of
 
 __all__ = ["ANCHOR_FIELDS", "ANCHOR_KIND", "Anchor"]
@@ -33,7 +34,7 @@ class Anchor:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> Anchor:
         """An anchor read strictly (`run_log_invalid`): its kind and every field with its type."""
-        Fields(obj, line, path, code="run_log_invalid").shape(ANCHOR_FIELDS)
+        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(ANCHOR_FIELDS)
         return cls(float(obj["at"]), obj["reason"], obj["logs"], obj["manifests"])
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.evidence.jsonio import sha256_hex
 from harness.records._shape import CHAIN_KEYS, Fields, refusal
 from harness.records.usage import CATEGORIES
@@ -135,8 +136,8 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
     chained log, are allowed.
     """
     if not isinstance(record, Mapping):
-        raise Fields({}, line, path, code="attempt_invalid").bad(f"a {type(record).__name__}, not an object")
-    f = Fields(record, line, path, code="attempt_invalid")
+        raise Fields({}, line, path, code=Code.ATTEMPT_INVALID).bad(f"a {type(record).__name__}, not an object")
+    f = Fields(record, line, path, code=Code.ATTEMPT_INVALID)
     if record.get("kind") != ATTEMPT_KIND:
         raise f.bad(f"kind must be {ATTEMPT_KIND!r}, found {record.get('kind')!r}")
     outcome = record.get("outcome")
@@ -179,7 +180,7 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
         if sha256_hex(data) != digest:
             raise f.bad(
                 f"response_sha256 {digest} is not the sha256 of response_raw ({sha256_hex(data)})",
-                "attempt_response_hash_mismatch",
+                Code.ATTEMPT_RESPONSE_HASH_MISMATCH,
             )
 
 
@@ -211,8 +212,8 @@ def validate_run_attempt(record: Any, line: int | None, *, reruns: int, path: st
     if isinstance(record, Mapping) and "rerun" in record:
         rerun = record["rerun"]
         if isinstance(rerun, bool) or not isinstance(rerun, int) or not 0 <= rerun <= reruns:
-            raise refusal("attempt_invalid", f"rerun must be an integer 0..{reruns}", path, line)
+            raise refusal(Code.ATTEMPT_INVALID, f"rerun must be an integer 0..{reruns}", path, line)
         record = {k: v for k, v in record.items() if k != "rerun"}
     else:
-        raise refusal("attempt_invalid", "missing rerun", path, line)
+        raise refusal(Code.ATTEMPT_INVALID, "missing rerun", path, line)
     validate_attempt(record, line, path=path)

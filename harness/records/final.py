@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._shape import (
     CHAIN_KEYS,
     INT,
@@ -79,7 +80,7 @@ class RunFinal:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> RunFinal:
         """A final read strictly (`run_final_invalid`): its kind, then every field with its type."""
-        f = Fields(obj, line, path, code="run_final_invalid")
+        f = Fields(obj, line, path, code=Code.RUN_FINAL_INVALID)
         if obj.get("kind") != FINAL_KIND:
             raise f.bad(f"kind must be {FINAL_KIND}")
         f.shape(FINAL_FIELDS)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._shape import NUM, STR, Field, Fields, Shape, is_int, kind_is
 
 __all__ = ["HOST_FIELDS", "HOST_KIND", "HostSample"]
@@ -45,7 +46,7 @@ class HostSample:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> HostSample:
         """A sample read strictly (`run_log_invalid`): its kind and every field with its type."""
-        Fields(obj, line, path, code="run_log_invalid").shape(HOST_FIELDS)
+        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(HOST_FIELDS)
         return cls(**{k: obj[k] for k in HOST_FIELDS if k != "kind"})
 
 

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, LogRefusal
 from harness.records._derive import read, write
 from harness.records._shape import CHAIN_KEYS
 
@@ -223,11 +223,11 @@ _PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s
 def event_from_json(line: object, path: str | None = None) -> JournalEvent:
     """Read one journal line strictly into its kind's type; `log_record_invalid` names the problem."""
     if not isinstance(line, dict):
-        raise Refusal("log_record_invalid", "a journal event must be a JSON object", path)
+        raise LogRefusal(Code.LOG_RECORD_INVALID, "a journal event must be a JSON object", path)
     kind = line.get("event")
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise Refusal("log_record_invalid", f"unknown journal event {kind!r}", path)
+        raise LogRefusal(Code.LOG_RECORD_INVALID, f"unknown journal event {kind!r}", path)
     body = {k: v for k, v in line.items() if k not in _ENVELOPE and k not in CHAIN_KEYS}
     if cls is DispatchStart:
         model = {k: body.pop(k) for k in _MODEL_KEYS if k in body}
@@ -237,4 +237,4 @@ def event_from_json(line: object, path: str | None = None) -> JournalEvent:
         body["process"] = process or None
     defaulted = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
     optional = frozenset(_RENAME.get(n, n) for n in cls.LEGACY | cls.OPTIONAL | defaulted)
-    return read(cls, body, code="log_record_invalid", path=path, optional=optional, rename=_RENAME)
+    return read(cls, body, code=Code.LOG_RECORD_INVALID, path=path, optional=optional, rename=_RENAME)

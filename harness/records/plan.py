@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, PreregRefusal, Refusal
 from harness.evidence.jsonio import canonical_bytes, loads_strict, read_bytes, sha256_hex
 from harness.records._shape import Fields
 
@@ -52,7 +52,7 @@ class PlanHeader:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str, line: int = 1) -> PlanHeader:
-        f = Fields(obj, line, path, code="plan_invalid")
+        f = Fields(obj, line, path, code=Code.PLAN_INVALID)
         if obj.get("kind") != PLAN_HEADER_KIND:
             raise f.bad(f"the first line must be a {PLAN_HEADER_KIND} header, found kind {obj.get('kind')!r}")
         f.keys(_HEADER_FIELDS, extra_ok=True)  # the plan may say more about itself
@@ -117,7 +117,7 @@ class PlanCell:
     def from_json(cls, obj: Mapping[str, Any], *, path: str, line: int, study: str,
                   api_shapes: Collection[str]) -> PlanCell:
         """A plan line read strictly: every field with its type and nothing else, its hashes checked."""
-        f = Fields(obj, line, path, code="plan_invalid")
+        f = Fields(obj, line, path, code=Code.PLAN_INVALID)
         if obj.get("kind") != PLAN_REQUEST_KIND:
             raise f.bad(f"expected a {PLAN_REQUEST_KIND} record, found kind {obj.get('kind')!r}")
         f.keys(frozenset(("kind", *_CELL_FIELDS)))
@@ -180,7 +180,7 @@ class Plan:
 
 def _plan_line(raw: bytes, lineno: int, path: str) -> dict[str, Any]:
     def bad(message: str) -> Refusal:
-        return Refusal("plan_invalid", f"line {lineno}: {message}", path, line=lineno)
+        return PreregRefusal(Code.PLAN_INVALID, f"line {lineno}: {message}", path, line=lineno)
 
     try:
         obj = loads_strict(raw, path=path, expect_object=False)
@@ -202,11 +202,11 @@ def read_plan(path: str | os.PathLike[str], *, api_shapes: Collection[str]) -> P
     p = os.fspath(path)
     raw = read_bytes(p, max_bytes=PLAN_MAX_BYTES)
     if not raw:
-        raise Refusal("plan_invalid", "line 1: the plan is empty (no header)", p, line=1)
+        raise PreregRefusal(Code.PLAN_INVALID, "line 1: the plan is empty (no header)", p, line=1)
     lines = raw.split(b"\n")
     if lines[-1]:
         n = len(lines)
-        raise Refusal("plan_invalid", f"line {n}: the last line has no newline (torn)", p, line=n)
+        raise PreregRefusal(Code.PLAN_INVALID, f"line {n}: the last line has no newline (torn)", p, line=n)
     lines.pop()
     header = _plan_line(lines[0], 1, p)
     head = PlanHeader.from_json(header, path=p)
@@ -216,16 +216,16 @@ def read_plan(path: str | os.PathLike[str], *, api_shapes: Collection[str]) -> P
         request = PlanCell.from_json(_plan_line(line, lineno, p), path=p, line=lineno, study=head.study,
                                      api_shapes=api_shapes)
         if request.run_id in first_line:
-            raise Refusal(
-                "plan_invalid",
+            raise PreregRefusal(
+                Code.PLAN_INVALID,
                 f"line {lineno}: run id {request.run_id!r} repeats line {first_line[request.run_id]}",
                 p, line=lineno,
             )
         first_line[request.run_id] = lineno
         requests.append(request)
     if head.requests != len(requests):
-        raise Refusal(
-            "plan_invalid",
+        raise PreregRefusal(
+            Code.PLAN_INVALID,
             f"line 1: the header counts {head.requests} requests, the plan holds {len(requests)}",
             p, line=1,
         )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._derive import read, write
 from harness.records._shape import Fields, kind_is
 
@@ -60,8 +61,8 @@ class Receipt:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:
         """Read a receipt strictly (`receipt_invalid`); `fingerprint` and `sandbox` may be absent (older receipts)."""
-        Fields(obj, None, path, "receipt_invalid").shape({"schema": kind_is(RECEIPT_SCHEMA)})
-        return read(cls, obj, code="receipt_invalid", path=path, optional=_RECEIPT_LEGACY, ignore=_SCHEMA)
+        Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(RECEIPT_SCHEMA)})
+        return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, optional=_RECEIPT_LEGACY, ignore=_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -94,5 +95,5 @@ class ItemReceipt:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> ItemReceipt:
         """Read an item receipt (without the runner's own fields) strictly (`receipt_invalid`)."""
-        Fields(obj, None, path, "receipt_invalid").shape({"schema": kind_is(ITEM_RECEIPT_SCHEMA)})
-        return read(cls, obj, code="receipt_invalid", path=path, ignore=_SCHEMA)
+        Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(ITEM_RECEIPT_SCHEMA)})
+        return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, ignore=_SCHEMA)

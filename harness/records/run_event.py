@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._shape import (
     BOOL,
     CHAIN_KEYS,
@@ -70,7 +71,7 @@ class RunEvent:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> RunEvent:
         """A run event read strictly (`run_log_invalid`): a known event with every declared field."""
-        f = Fields(obj, line, path, code="run_log_invalid")
+        f = Fields(obj, line, path, code=Code.RUN_LOG_INVALID)
         event = obj.get("event")
         if obj.get("kind") != RUN_EVENT_KIND or not isinstance(event, str) or event not in EVENT_FIELDS:
             raise f.bad(f"unknown event {event!r}")

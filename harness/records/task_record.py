@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from harness.errors import Code
 from harness.records._shape import (
     CHAIN_KEYS,
     INT,
@@ -96,7 +97,7 @@ class TaskRecord:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> TaskRecord:
         """Read a row strictly (its chain fields `prev` and `seed` aside); `log_record_invalid` otherwise."""
-        checked = Fields(obj, None, path, "log_record_invalid")
+        checked = Fields(obj, None, path, Code.LOG_RECORD_INVALID)
         checked.shape({"schema": kind_is(RECORD_SCHEMA), "metering": one_of("wire", "flat_rate", "none")})
         wired = obj["metering"] == "wire"
         shape = {**_ROW, **(_WIRE if wired else {})}

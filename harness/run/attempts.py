@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, RunRefusal
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost
 from harness.providers.base import Exchange
@@ -112,8 +112,8 @@ def attempt_from_exchange(
     """
     sent = exchange.request
     if sent.body_sha256 != plan_request.request_sha256 or sha256_hex(sent.body) != sent.body_sha256:
-        raise Refusal(
-            "attempt_request_changed",
+        raise RunRefusal(
+            Code.ATTEMPT_REQUEST_CHANGED,
             f"run {plan_request.run_id}: the body sent ({sha256_hex(sent.body)}) is not the plan's "
             f"({plan_request.request_sha256})",
             run_id=plan_request.run_id,

@@ -8,7 +8,7 @@ import asyncio
 import os
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, RunRefusal
 from harness.evals.suite import load_private
 from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
 from harness.evidence.fsutil import atomic_write
@@ -66,7 +66,7 @@ class Finals(EngineCore):
             path = os.path.join(self.s.folder, archive_name(state.request.run_id, old.rerun))
             if os.path.exists(path):
                 if read_bytes(path) != raw + b"\n":
-                    raise Refusal("run_archive_mismatch", "an archive is not a byte copy of its final", path)
+                    raise RunRefusal(Code.RUN_ARCHIVE_MISMATCH, "an archive is not a byte copy of its final", path)
                 continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
             atomic_write(path, raw + b"\n", mode=0o644)

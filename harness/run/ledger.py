@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal
 from harness.evidence.chain import read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.records._shape import CHAIN_KEYS, refusal
@@ -142,21 +142,21 @@ def load_ledger(
         validate_run_attempt(body, line, reruns=reruns, path=apath)
         cell = cells.get(body["run_id"])
         if cell is None:
-            raise refusal("attempt_unknown_run_id", f"run id {body['run_id']!r} is not in this stage's plan",
+            raise refusal(Code.ATTEMPT_UNKNOWN_RUN_ID, f"run id {body['run_id']!r} is not in this stage's plan",
                           apath, line)
         if body["request_sha256"] != cell.request.request_sha256:
-            raise refusal("attempt_request_changed", "request_sha256 is not the plan's", apath, line)
+            raise refusal(Code.ATTEMPT_REQUEST_CHANGED, "request_sha256 is not the plan's", apath, line)
         rerun = body["rerun"]
         if rerun > 0 and rerun - 1 not in cell.attempts:
-            raise refusal("attempt_numbering_invalid", f"rerun {rerun} follows no rerun {rerun - 1}", apath, line)
+            raise refusal(Code.ATTEMPT_NUMBERING_INVALID, f"rerun {rerun} follows no rerun {rerun - 1}", apath, line)
         if any(r > rerun for r in cell.attempts):
-            raise refusal("attempt_numbering_invalid", f"rerun {rerun} after a later rerun", apath, line)
+            raise refusal(Code.ATTEMPT_NUMBERING_INVALID, f"rerun {rerun} after a later rerun", apath, line)
         run = cell.attempts.setdefault(rerun, [])
         if body["attempt"] != len(run) + 1:
-            raise refusal("attempt_numbering_invalid", f"attempt {body['attempt']}: expected {len(run) + 1}",
+            raise refusal(Code.ATTEMPT_NUMBERING_INVALID, f"attempt {body['attempt']}: expected {len(run) + 1}",
                           apath, line)
         if run and run_ended(run[-1][1], transport_retries):
-            raise refusal("attempt_after_final", "an attempt after its run ended", apath, line)
+            raise refusal(Code.ATTEMPT_AFTER_FINAL, "an attempt after its run ended", apath, line)
         run.append((line, body, head))
     by_line = {line: (rid, rec, sha) for rid, c in cells.items() for runs in c.attempts.values()
                for line, rec, sha in runs}
@@ -168,7 +168,7 @@ def load_ledger(
     for c in cells.values():  # a rerun's attempts need the earlier run's final, and not a standing one
         for rerun in c.attempts:
             if rerun > 0 and (len(c.finals) < rerun or c.finals[rerun - 1][1].action == "stand"):
-                raise refusal("attempt_numbering_invalid",
+                raise refusal(Code.ATTEMPT_NUMBERING_INVALID,
                               f"run {c.request.run_id}: rerun {rerun} has no final for rerun {rerun - 1} "
                               "that asks for it", apath, None)
 
@@ -186,7 +186,7 @@ def load_ledger(
         if event.event == "attempt":
             got = by_line.get(int(e["attempts_line"]))
             if got is None or got[2] != e["attempt_sha256"]:
-                raise refusal("run_log_invalid", "an attempt line that disagrees with attempts.jsonl", rpath, line)
+                raise refusal(Code.RUN_LOG_INVALID, "an attempt line that disagrees with attempts.jsonl", rpath, line)
             logged.add(int(e["attempts_line"]))
         elif event.event == "late_cost":
             late.append((str(e["system"]), cost_for_spend(e["cost_usd"], reserve_usd)))
@@ -210,7 +210,7 @@ def _check_final(
     by_line: dict[int, tuple[str, dict[str, Any], str]], reruns: int, transport_retries: int,
 ) -> None:
     def bad(message: str) -> Refusal:
-        return refusal("run_final_invalid", message, path, line)
+        return refusal(Code.RUN_FINAL_INVALID, message, path, line)
 
     if rec.get("kind") != FINAL_KIND:
         raise bad(f"kind must be {FINAL_KIND}")

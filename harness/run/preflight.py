@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal
 
 if TYPE_CHECKING:
     from harness.run.summary import RunSummary
@@ -73,7 +73,7 @@ def preflight(
         setup.requests = requests_from(setup.folder, setup.plan_bytes, write=False)
         ledger = load_stage_ledger(setup)
     except Refusal as exc:
-        problem("history" if exc.code != "run_plan_changed" else "plan", exc.message, refusal=exc.code, path=exc.path)
+        problem("history" if exc.code != Code.RUN_PLAN_CHANGED else "plan", exc.message, refusal=exc.code, path=exc.path)
     holder = lock_holder(os.path.join(setup.folder, ".invocation.lock"))
     if holder is not None:
         problem("lock", f"another invocation (pid {holder}) holds the results folder", path=setup.folder)

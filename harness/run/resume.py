@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, InputRefusal, LogRefusal, Refusal, RunRefusal
 from harness.evidence.chain import read_log, seed_hash
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
@@ -131,7 +131,7 @@ def _selected(plan: Plan, stage: str | None) -> dict[str, PlanCell]:
         return dict(plan.by_run_id)
     if stage not in plan.stages:
         known = ", ".join(repr(s) for s in plan.stages)
-        raise Refusal("resume_stage_unknown", f"the plan has no stage {stage!r} (it has {known})", plan.path)
+        raise RunRefusal(Code.RESUME_STAGE_UNKNOWN, f"the plan has no stage {stage!r} (it has {known})", plan.path)
     return {r.run_id: r for r in plan.requests if r.stage == stage}
 
 
@@ -147,36 +147,36 @@ def _check_line(
     """Check one valid attempt record against the plan and the run's earlier attempts."""
     run_id, number = record["run_id"], record["attempt"]
 
-    def bad(message: str, code: str) -> Refusal:
+    def bad(message: str, code: Code) -> Refusal:
         return Refusal(code, f"line {line}: {message}", path, line=line, run_id=run_id, attempt=number)
 
     request = runs.get(run_id)
     if request is None or earlier is None:
         other = plan.by_run_id.get(run_id)
         why = "is not in the plan" if other is None else f"belongs to stage {other.stage!r}"
-        raise bad(f"run id {run_id!r} {why}", "attempt_unknown_run_id")
+        raise bad(f"run id {run_id!r} {why}", Code.ATTEMPT_UNKNOWN_RUN_ID)
     if record["request_sha256"] != request.request_sha256:
         raise bad(
             f"request_sha256 {record['request_sha256']} is not the plan's {request.request_sha256}",
-            "attempt_request_changed",
+            Code.ATTEMPT_REQUEST_CHANGED,
         )
     if earlier:
         last = earlier[-1][1]
         if last["outcome"] == "delivered":
-            raise bad(f"attempt {number} follows the delivered attempt {last['attempt']}", "attempt_after_delivery")
+            raise bad(f"attempt {number} follows the delivered attempt {last['attempt']}", Code.ATTEMPT_AFTER_DELIVERY)
         if last["error_code"] not in TRANSPORT_CODES:
             raise bad(
                 f"attempt {number} follows attempt {last['attempt']}'s final error {last['error_code']}",
-                "attempt_after_final",
+                Code.ATTEMPT_AFTER_FINAL,
             )
         if len(earlier) >= limit:
             raise bad(
                 f"attempt {number} follows {limit} transport-class errors (at most {limit} attempts)",
-                "attempt_limit_exceeded",
+                Code.ATTEMPT_LIMIT_EXCEEDED,
             )
     if number != len(earlier) + 1:
         what = "repeats an earlier attempt" if number <= len(earlier) else "skips a number"
-        raise bad(f"attempt {number} {what}: expected attempt {len(earlier) + 1}", "attempt_numbering_invalid")
+        raise bad(f"attempt {number} {what}: expected attempt {len(earlier) + 1}", Code.ATTEMPT_NUMBERING_INVALID)
 
 
 def _state(run_id: str, history: Sequence[tuple[int, Mapping[str, Any]]], limit: int) -> RunState:
@@ -258,8 +258,8 @@ def load_attempts(path: PathArg, expected_seed: str) -> AttemptsLog:
     lines = [canonical_bytes(r) for r in records]
     seed = records[0]["seed"] if records else None
     if seed is not None and seed != expected_seed:
-        raise Refusal(
-            "log_seed_mismatch",
+        raise LogRefusal(
+            Code.LOG_SEED_MISMATCH,
             f"line 1: the attempts log was started as {seed!r}, this plan's is {expected_seed!r}",
             p, line=1,
         )
@@ -302,11 +302,11 @@ def _write(out: str, data: bytes) -> None:
     try:
         atomic_write(out, data, mode=0o644)
     except FileNotFoundError:
-        raise Refusal("folder_missing", "the output's folder does not exist", out) from None
+        raise InputRefusal(Code.FOLDER_MISSING, "the output's folder does not exist", out) from None
     except IsADirectoryError:
-        raise Refusal("not_a_regular_file", "the output is a folder", out) from None
+        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "the output is a folder", out) from None
     except PermissionError:
-        raise Refusal("file_unwritable", "permission denied", out) from None
+        raise LogRefusal(Code.FILE_UNWRITABLE, "permission denied", out) from None
 
 
 def resume(
@@ -332,7 +332,7 @@ def resume(
     out = os.fspath(out_path)
     inputs = [os.fspath(plan_path)] + ([] if attempts_path is None else [os.fspath(attempts_path)])
     if any(os.path.abspath(out) == os.path.abspath(p) or _same_file(out, p) for p in inputs):
-        raise Refusal("resume_out_conflict", "the output would overwrite an input", out)
+        raise RunRefusal(Code.RESUME_OUT_CONFLICT, "the output would overwrite an input", out)
     plan = read_plan(plan_path)
     _selected(plan, stage)  # an unknown stage is named before the log's seed is compared
     log = None if attempts_path is None else load_attempts(attempts_path, plan.attempts_seed(stage))

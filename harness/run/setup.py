@@ -12,7 +12,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from harness.errors import Refusal
+from harness.errors import Code, RunRefusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_line, read_bytes
 from harness.meter.pricing import BUNDLED_PRICING, Price, load_pricing
@@ -88,7 +88,7 @@ def requests_from(folder: str, data: bytes, *, write: bool) -> tuple[PlanCell, .
     path = os.path.join(folder, "plan.jsonl")
     if os.path.lexists(path):
         if read_bytes(path) != data:
-            raise Refusal("run_plan_changed", "the stage's plan differs from the one this folder was run with "
+            raise RunRefusal(Code.RUN_PLAN_CHANGED, "the stage's plan differs from the one this folder was run with "
                           "(the preregistration, packet or catalog changed)", path)
     elif write:
         atomic_write(path, data, mode=0o644)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, TaskRefusal, WorkerRefusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes
 from harness.providers.edit_format import parse_files, render_files
@@ -92,7 +92,7 @@ def _read_scope(workspace: str, scope: Sequence[str]) -> dict[str, str | None]:
         try:
             files[rel] = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise Refusal("scope_file_not_text", "llm-edit edits UTF-8 text files only", path) from None
+            raise WorkerRefusal(Code.SCOPE_FILE_NOT_TEXT, "llm-edit edits UTF-8 text files only", path) from None
     return files
 
 
@@ -121,7 +121,7 @@ def run_llm_edit(
 
     model = resolve_model(load_catalog(catalog_path), model_id)
     if not scope:
-        raise Refusal("scope_empty", "llm-edit needs the task's scope (PROCTOR_SCOPE or --scope)")
+        raise TaskRefusal(Code.SCOPE_EMPTY, "llm-edit needs the task's scope (PROCTOR_SCOPE or --scope)")
     prompt = read_bytes(prompt_file).decode("utf-8", "replace")
     files = _read_scope(workspace, scope)
     _beat("asking", files_total=len(scope))

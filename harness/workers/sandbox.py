@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from harness.errors import Refusal
+from harness.errors import Code, WorkerRefusal
 
 __all__ = [
     "BWRAP_ENV",
@@ -308,13 +308,13 @@ def _find_binary() -> tuple[str, str]:
     named = os.environ.get(BWRAP_ENV)
     if named:
         if not os.path.exists(named):
-            raise Refusal("sandbox_unavailable", f"{BWRAP_ENV} names {named}, which does not exist; {hint}", named)
+            raise WorkerRefusal(Code.SANDBOX_UNAVAILABLE, f"{BWRAP_ENV} names {named}, which does not exist; {hint}", named)
         if not os.access(named, os.X_OK) or os.path.isdir(named):
-            raise Refusal("sandbox_unavailable", f"{BWRAP_ENV} names {named}, which is not executable; {hint}", named)
+            raise WorkerRefusal(Code.SANDBOX_UNAVAILABLE, f"{BWRAP_ENV} names {named}, which is not executable; {hint}", named)
         return os.path.abspath(named), "env"
     found = shutil.which("bwrap")
     if found is None:
-        raise Refusal("sandbox_unavailable", f"bwrap is not installed here (not found on PATH); {hint}",
+        raise WorkerRefusal(Code.SANDBOX_UNAVAILABLE, f"bwrap is not installed here (not found on PATH); {hint}",
                       path_searched=os.environ.get("PATH", ""))  # fmt: skip
     return found, "path"
 
@@ -353,15 +353,15 @@ def resolve_sandbox(kind: str | None = None) -> Sandbox:
     source = "flag" if kind is not None else "env" if os.environ.get(SANDBOX_ENV) else "default"
     chosen = kind if kind is not None else os.environ.get(SANDBOX_ENV) or "bwrap"
     if chosen not in KINDS:
-        raise Refusal("sandbox_invalid", f"sandbox {chosen!r} is not one of {', '.join(KINDS)}"
+        raise WorkerRefusal(Code.SANDBOX_INVALID, f"sandbox {chosen!r} is not one of {', '.join(KINDS)}"
                       + (f" (from {SANDBOX_ENV})" if source == "env" else ""))  # fmt: skip
     if chosen == "none":
         return Sandbox("none", source=source)
     binary, _how = _find_binary()
     version, namespaces, notes, why = _probe(binary)
     if not namespaces:
-        raise Refusal(
-            "sandbox_unavailable",
+        raise WorkerRefusal(
+            Code.SANDBOX_UNAVAILABLE,
             f"bwrap ({binary}) cannot make a sandbox here: {why}; pass --sandbox none to run without one "
             "(recorded as a weaker guarantee)",
             binary,

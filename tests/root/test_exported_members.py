@@ -18,6 +18,7 @@ import pytest
 import harness
 
 PUBLIC_API = [
+    "Code",
     "Refusal",
     "__version__",
     "amend",

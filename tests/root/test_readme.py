@@ -5,12 +5,15 @@ from __future__ import annotations
 import ast
 import re
 
+from harness.errors import Code
 from tests.support.paths import REPO
 
 
 def _codes_in(tree: ast.AST) -> set[str]:
     codes: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Code" and node.attr in Code.__members__:
+            codes.add(Code[node.attr].value)  # a typed code, `Code.TASK_INVALID`
         if isinstance(node, ast.Call):
             name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
             if name == "Refusal" and node.args and isinstance(node.args[0], ast.Constant):
