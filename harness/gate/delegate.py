@@ -13,17 +13,25 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, ProviderRefusal, TreeRefusal
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.layout import lay_entry, real_parents, remove_entry
-from harness.evidence.tree import TreeEntry, diff_trees, display_path, scan_tree, signature_of
-from harness.gate.dispatch import metering_proxy, socket_base_url
+from harness.evidence.tree import (
+    TreeDiff,
+    TreeEntry,
+    diff_trees,
+    display_path,
+    scan_tree,
+    signature_of,
+)
 from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
+from harness.gate.metering import metering_proxy, socket_base_url
 from harness.gate.state import NESTED_ENV
 from harness.providers.catalog import load_catalog, resolve_model, worker_env
-from harness.workers.process import run_group
+from harness.workers.process import ProcessResult, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -34,7 +42,7 @@ from harness.workers.sandbox import (
     sandbox_env,
 )
 
-__all__ = ["DELEGATE_TIMEOUT_S", "delegate", "named_entrypoints", "restore_tree"]
+__all__ = ["DELEGATE_TIMEOUT_S", "DelegateResult", "delegate", "named_entrypoints", "restore_tree"]
 
 DELEGATE_TIMEOUT_S = 600.0
 OUTPUT_LIMIT = 64 * 1024
@@ -106,6 +114,52 @@ def _output(path: str) -> tuple[str, bool]:
     return data.decode("utf-8", "replace"), False
 
 
+@dataclass(frozen=True)
+class DelegateResult:
+    """One consult: who ran, what it printed, what it changed (and what was restored), its sandbox."""
+
+    mode: str
+    model: str | None
+    argv: tuple[str, ...]
+    workspace: str
+    write: bool
+    output: str
+    output_truncated: bool
+    session: str | None
+    restored: tuple[str, ...]
+    changes: TreeDiff
+    tree_before: str
+    tree_after: str
+    sandbox: dict[str, Any]
+    proxy: dict[str, Any] | None
+    process: ProcessResult
+
+    @property
+    def succeeded(self) -> bool:
+        """The worker exited 0 within its time."""
+        return self.process.exit_code == 0 and not self.process.timed_out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.succeeded,
+            "mode": self.mode,
+            "model": self.model,
+            "argv": list(self.argv),
+            "workspace": self.workspace,
+            "write": self.write,
+            "output": self.output,
+            "output_truncated": self.output_truncated,
+            "session": self.session,
+            "restored": list(self.restored),
+            "changes": self.changes.to_json(),
+            "tree_before": self.tree_before,
+            "tree_after": self.tree_after,
+            "sandbox": self.sandbox,
+            "proxy": self.proxy,
+            **self.process.to_json(),
+        }
+
+
 def delegate(
     workspace: str,
     task_text: str,
@@ -117,7 +171,7 @@ def delegate(
     catalog_path: str | None = None,
     timeout_s: float = DELEGATE_TIMEOUT_S,
     sandbox: str | None = None,
-) -> dict[str, Any]:
+) -> DelegateResult:
     """Run the model's worker (or `command`) once in `workspace`; restore the workspace unless `write`.
 
     `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
@@ -218,21 +272,20 @@ def delegate(
     finally:
         shutil.rmtree(private, ignore_errors=True)
     sessions = _SESSION.findall(text)
-    return {
-        "ok": result.exit_code == 0 and not result.timed_out,
-        "mode": "model" if chosen is not None else "command",
-        "model": None if chosen is None else chosen.id,
-        "argv": argv,
-        "workspace": root,
-        "write": write,
-        "output": text,
-        "output_truncated": truncated,
-        "session": sessions[-1] if sessions else None,
-        "restored": restored,
-        "changes": diff.to_json(),
-        "tree_before": signature_of(before).digest,
-        "tree_after": signature_of(scan_tree(root, excludes=())).digest,
-        "sandbox": wrapped.record,
-        "proxy": None if proxy is None else {k: proxy[k] for k in ("exchanges", "record_failures")},
-        **result.to_json(),
-    }
+    return DelegateResult(
+        mode="model" if chosen is not None else "command",
+        model=None if chosen is None else chosen.id,
+        argv=tuple(argv),
+        workspace=root,
+        write=write,
+        output=text,
+        output_truncated=truncated,
+        session=sessions[-1] if sessions else None,
+        restored=tuple(restored),
+        changes=diff,
+        tree_before=signature_of(before).digest,
+        tree_after=signature_of(scan_tree(root, excludes=())).digest,
+        sandbox=wrapped.record,
+        proxy=None if proxy is None else {k: proxy[k] for k in ("exchanges", "record_failures")},
+        process=result,
+    )

@@ -8,39 +8,27 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
-from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
-from harness.evidence.tree import TreeEntry, diff_trees, scan_tree, tree_signature
-from harness.gate.escalation import (
-    LATERAL,
-    EscalationState,
-    escalation_state,
-    evidence_packet,
-    is_provider_failure,
-    render_evidence,
-)
+from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.tree import TreeEntry, TreeSignature, diff_trees, scan_tree, tree_signature
+from harness.gate.choice import choose_model, lane_switch, next_lane, provider_switch
+from harness.gate.escalation import escalation_state, is_provider_failure
 from harness.gate.lanes import choose_lane
+from harness.gate.metering import metering_proxy, socket_base_url, wire_end
 from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
-from harness.gate.workspace import Gate, check_pin, gated
-from harness.providers.catalog import (
-    Catalog,
-    CatalogModel,
-    load_catalog,
-    resolve_model,
-    worker_env,
-)
-from harness.workers.process import run_group
+from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
+from harness.providers.catalog import worker_env
+from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
+from harness.workers.process import ProcessResult, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -51,10 +39,7 @@ from harness.workers.sandbox import (
     sandbox_env,
 )
 
-__all__ = ["AUTO_MODEL", "check_preflight", "dispatch", "metering_proxy", "socket_base_url", "withheld_paths"]
-
-AUTO_MODEL = "auto"
-"""`--model auto`: the cheapest catalog model of the current lane."""
+__all__ = ["DispatchResult", "check_preflight", "dispatch"]
 
 
 def check_preflight(task: Task, now: float) -> list[dict[str, Any]]:
@@ -108,211 +93,6 @@ def _worker_vars(gate: Gate, dispatch_id: str, prompt_file: str, heartbeat: str)
     }
 
 
-def withheld_paths(gate: Gate) -> tuple[str, ...]:
-    """What a sandbox never shows, even beneath a path a worker names: the state folders and hidden inputs."""
-    found = [gate.state.root, os.path.join(os.path.dirname(gate.workspace), ".runner-state")]
-    if os.path.basename(os.path.dirname(gate.state.root)) == ".runner-state":
-        found.append(os.path.dirname(gate.state.root))
-    found += [os.path.realpath(os.path.join(gate.task.folder, h["from"])) for h in gate.pin["hidden"]]
-    return tuple(dict.fromkeys(found))
-
-
-@contextmanager
-def metering_proxy(upstream: str, out: str, name: str, *, unix: bool = False) -> Iterator[dict[str, Any]]:
-    """Run the metering proxy in front of `upstream` for the block.
-
-    Yields a dict: `base_url` (what the worker must use), `wire_log` (the
-    chained wire log `out`, seed `proctor-wire:<name>`), with `unix` the
-    `socket` it also listens on (in a private folder, removed afterwards)
-    and, once the block has ended, `proxy` (the proxy's summary: exchanges
-    recorded, failures).
-    """
-    from harness.meter.proxy import start_proxy
-
-    folder = tempfile.mkdtemp(prefix="proctor-proxy-") if unix else None
-    try:
-        sock = os.path.join(folder, "proxy.sock") if folder is not None else None
-        proxy = start_proxy(upstream, out, port=0, name=name, unix_socket=sock)
-        metering: dict[str, Any] = {"base_url": proxy.url, "wire_log": out, "wire_name": name, "socket": sock}
-        try:
-            yield metering
-        finally:
-            metering["proxy"] = proxy.close()
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def socket_base_url(proxy_url: str) -> str:
-    """The base URL a worker uses over the proxy's Unix socket: the host is ignored, the path kept."""
-    from urllib.parse import urlsplit
-
-    return "http://localhost" + urlsplit(proxy_url).path
-
-
-def _wire_end(metering: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The wire log as the proxy wrote it, and why the file differs from that (None when it does not).
-
-    `lines` and `head` are the proxy's in-memory tally of the lines it appended
-    and the sha256 of its last one, never read back from the file: the log
-    lives in the dispatch folder, which the worker (the same user) can write
-    while it runs, so a worker could append or rewrite correctly chained
-    records. `interleaved` counts the proxy's appends that found a line it had
-    not written at the end of the log. `file_lines`, `file_head` and `problem`
-    are what the file verifies to now. `proctor record` later requires the file
-    to end at the same `lines` and `head`.
-    """
-    from harness.evidence.chain import verify_log
-    from harness.meter.wire import wire_seed
-
-    path = metering["wire_log"]
-    summary = metering["proxy"]
-    lines, head, interleaved = summary["wire_lines"], summary["wire_head"], summary["wire_interleaved"]
-    out: dict[str, Any] = {
-        "path": path,
-        "exchanges": summary.get("exchanges"),
-        "record_failures": summary.get("record_failures"),
-        "lines": lines,
-        "head": head,
-        "interleaved": interleaved,
-    }
-    file_lines: int | None = 0
-    file_head: str | None = None
-    problem: dict[str, Any] | None = None
-    if os.path.lexists(path):
-        try:
-            status = verify_log(path, wire_seed(metering["wire_name"]))
-        except Refusal as exc:  # replaced by a folder, a FIFO, a dangling link
-            file_lines, problem = None, {"kind": exc.code, "message": exc.message}
-        else:
-            file_lines, file_head = status.lines, (status.head if status.lines else None)
-            problem = None if status.problem is None else status.problem.to_json()
-    out.update(file_lines=file_lines, file_head=file_head, problem=problem)
-    why: str | None = None
-    if problem is not None:
-        why = f"it does not verify: {problem['message']}"
-    elif (file_lines, file_head) != (lines, head):
-        why = (
-            f"it holds {file_lines} line(s) ending in {str(file_head)[:16]}, "
-            f"the proxy wrote {lines} ending in {str(head)[:16]}"
-        )
-    elif interleaved:
-        why = f"{interleaved} of the proxy's appends found a line it had not written at the end of the log"
-    return out, why
-
-
-@dataclass(frozen=True)
-class _ModelChoice:
-    model: CatalogModel
-    catalog: Catalog
-    record: dict[str, Any]
-
-
-def _choose_model(
-    name: str, lane: str, esc: EscalationState, catalog_path: str | None, pricing_path: str | None
-) -> _ModelChoice:
-    """The catalog model for `--model ID` or `--model auto` (the cheapest of the lane)."""
-    catalog = load_catalog(catalog_path)
-    if name != AUTO_MODEL:
-        named = resolve_model(catalog, name)
-        if named.worker is None:
-            raise ProviderRefusal(Code.MODEL_HAS_NO_WORKER, f"{named.id!r} has no [model.worker] argv in the catalog", catalog.path)
-        return _ModelChoice(named, catalog, {"mode": "explicit", "model_lane": named.lane})
-    from harness.meter.priced_catalog import cheapest_in_lane
-    from harness.meter.pricing import load_pricing
-
-    pricing = load_pricing(pricing_path)
-    excluded = esc.excluded_providers(lane)
-    model, considered = cheapest_in_lane(catalog, lane, pricing, excluded)
-    if model is None:
-        raise ProviderRefusal(
-            Code.NO_MODEL_FOR_LANE,
-            f"no catalog model with a worker in lane {lane!r}"
-            + (f" outside the failed providers {', '.join(excluded)}" if excluded else ""),
-            catalog.path,
-            lane=lane,
-            excluded_providers=list(excluded),
-            considered=considered,
-        )
-    record = {
-        "mode": "auto",
-        "lane": lane,
-        "by": "lowest output price (unpriced last)",
-        "pricing": {"path": pricing.path, "sha256": pricing.sha256},
-        "excluded_providers": list(excluded),
-        "considered": considered,
-    }
-    return _ModelChoice(model, catalog, record)
-
-
-def _provider_switch(
-    esc: EscalationState, started: list[dict[str, Any]], lane: str, choice: _ModelChoice | None
-) -> dict[str, Any] | None:
-    """When the last dispatch failed for provider reasons and auto picked another provider: why."""
-    if choice is None or choice.record.get("mode") != "auto" or not started or not esc.provider_failures:
-        return None
-    last = esc.provider_failures[-1]
-    if last["dispatch_id"] != started[-1]["dispatch_id"] or last["lane"] != lane:
-        return None
-    if last["provider"] == choice.model.provider:
-        return None
-    return {
-        "from_provider": last["provider"],
-        "to_provider": choice.model.provider,
-        "model": choice.model.id,
-        "lane": lane,
-        "reason": f"provider failure in dispatch {last['dispatch_id']} ({last['why']}): same lane, another provider",
-    }
-
-
-def _next_lane(gate: Gate, esc: EscalationState) -> str:
-    """The lane of the next dispatch: lateral on stagnation, within `max_stagnant` switches."""
-    if not esc.stagnant:
-        return esc.lane
-    budget = gate.task.budget
-    if len(esc.switches) >= budget.max_stagnant:
-        raise ProviderRefusal(
-            Code.STAGNATION_LIMIT_REACHED,
-            f"{esc.stagnant_count} identical failures in lane {esc.lane} after {len(esc.switches)} "
-            f"lane switch(es); max_stagnant is {budget.max_stagnant}",
-            gate.task.path,
-            lane=esc.lane,
-            fingerprint=esc.stagnant_fingerprint,
-        )
-    return LATERAL[esc.lane]
-
-
-def _lane_switch(
-    gate: Gate, esc: EscalationState, dispatch_id: str, folder: str, shown_dir: str
-) -> tuple[dict[str, Any], str] | None:
-    """On stagnation: the lane switch record (not yet journaled) and the evidence packet as prompt text
-    (naming the packet where the worker sees it, in `shown_dir`)."""
-    if not esc.stagnant:
-        return None
-    to = LATERAL[esc.lane]
-    receipts = [c["receipt_id"] for c in esc.counted[-esc.stagnant_count :]]
-    reason = (
-        f"stagnation: the last {esc.stagnant_count} verifications after dispatches in lane {esc.lane} "
-        f"({', '.join(receipts)}) failed with the same fingerprint {str(esc.stagnant_fingerprint)[:16]}"
-    )
-    packet = evidence_packet(gate, esc, to, reason, dispatch_id)
-    path = os.path.join(folder, "evidence.json")
-    data = canonical_bytes(packet)
-    atomic_write(path, data)
-    switch = {
-        "from": esc.lane,
-        "to": to,
-        "reason": reason,
-        "fingerprint": esc.stagnant_fingerprint,
-        "stagnant_count": esc.stagnant_count,
-        "receipt_ids": receipts,
-        "dispatch_id": dispatch_id,
-        "evidence_file": path,
-        "evidence_sha256": sha256_hex(data),
-    }
-    return switch, render_evidence(packet, os.path.join(shown_dir, "evidence.json"))
-
-
 def _refuse_tampering(
     gate: Gate, dispatch_id: str, changed: list[str], wire: dict[str, Any] | None, wire_forged: str | None
 ) -> None:
@@ -327,8 +107,46 @@ def _refuse_tampering(
     details: dict[str, Any] = {"paths": paths}
     if wire_forged is not None:
         details["wire_log"] = wire_forged
-    gate.record("state_tampered", dispatch_id=dispatch_id, **details)
+    gate.record(StateTampered(dispatch_id=dispatch_id, paths=tuple(paths), wire_log=wire_forged))
     raise GateRefusal(Code.STATE_TAMPERED, "; ".join(reasons), paths[0], **details)
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """How one dispatch ended: its id, lane, model, the worker's exit, the tree it left, its sandbox."""
+
+    dispatch_id: str
+    seq: int
+    lane: str
+    lane_switch: LaneSwitch | None
+    model: str | None
+    wire_log: str | None
+    provider_failure: bool
+    output_file: str
+    tree_after: TreeSignature
+    sandbox: dict[str, Any]
+    process: ProcessResult
+
+    @property
+    def succeeded(self) -> bool:
+        """The worker exited 0 within its time."""
+        return self.process.exit_code == 0 and not self.process.timed_out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.succeeded,
+            "dispatch_id": self.dispatch_id,
+            "seq": self.seq,
+            "lane": self.lane,
+            "lane_switch": None if self.lane_switch is None else self.lane_switch.fields(),
+            "model": self.model,
+            "wire_log": self.wire_log,
+            "provider_failure": self.provider_failure,
+            "output_file": self.output_file,
+            "tree_after": self.tree_after.to_json(),
+            "sandbox": self.sandbox,
+            **self.process.to_json(),
+        }
 
 
 def dispatch(
@@ -341,7 +159,7 @@ def dispatch(
     catalog_path: str | None = None,
     pricing_path: str | None = None,
     sandbox: str | None = None,
-) -> dict[str, Any]:
+) -> DispatchResult:
     """Run the worker in the workspace: `argv`, or the catalog worker of `model` (an id or "auto").
 
     Returns the dispatch's end record. On stagnation the lane switches first
@@ -375,14 +193,14 @@ def dispatch(
                 )
             preflight = check_preflight(gate.task, time.time())
         esc = escalation_state(gate.pin["lane"]["lane"], gate.events)
-        lane = _next_lane(gate, esc)
-        choice = None if model is None else _choose_model(model, lane, esc, catalog_path, pricing_path)
+        lane = next_lane(gate, esc)
+        choice = None if model is None else choose_model(model, lane, esc, catalog_path, pricing_path)
         seq = len(started) + 1
         dispatch_id = f"d{seq:03d}-{secrets.token_hex(4)}"
         folder = ensure_private_dir(gate.state.path("dispatches", dispatch_id))
         sandboxed = box.kind == "bwrap"
         seen = IN_SANDBOX if sandboxed else folder  # where the worker finds what it is given
-        switch = _lane_switch(gate, esc, dispatch_id, folder, seen)
+        switch = lane_switch(gate, esc, dispatch_id, folder, seen)
         prompt_file = os.path.join(folder, "prompt.md")
         prompt = gate.task.prompt.encode("utf-8")
         if switch:
@@ -397,7 +215,7 @@ def dispatch(
         placed = [(prompt_file, os.path.join(IN_SANDBOX, "prompt.md"))]
         if switch:
             given["PROCTOR_EVIDENCE_FILE"] = os.path.join(seen, "evidence.json")
-            placed.append((switch[0]["evidence_file"], os.path.join(IN_SANDBOX, "evidence.json")))
+            placed.append((switch[0].evidence_file, os.path.join(IN_SANDBOX, "evidence.json")))
         network = "none"
         if choice is not None:
             assert choice.model.worker is not None
@@ -452,24 +270,25 @@ def dispatch(
             )
             wrapped = box.wrap(argv, view, env)
             if switch:
-                gate.record("lane_switch", **switch[0])
-            provider_switch = _provider_switch(esc, started, lane, choice)
-            if provider_switch:
-                gate.record("provider_switch", dispatch_id=dispatch_id, **provider_switch)
+                gate.record(switch[0])
+            changed_provider = provider_switch(esc, started, lane, choice, dispatch_id)
+            if changed_provider:
+                gate.record(changed_provider)
             gate.record(
-                "dispatch_start",
-                dispatch_id=dispatch_id,
-                seq=seq,
-                argv=list(argv),
-                lane=lane,
-                proctor_pid=os.getpid(),
-                prompt_sha256=sha256_hex(prompt),
-                heartbeat=heartbeat,
-                timeout_s=budget.timeout_s,
-                preflight=preflight,
-                evidence_file=switch[0]["evidence_file"] if switch else None,
-                sandbox=wrapped.record,
-                **model_fields,
+                DispatchStart(
+                    dispatch_id=dispatch_id,
+                    seq=seq,
+                    argv=tuple(argv),
+                    lane=lane,
+                    proctor_pid=os.getpid(),
+                    prompt_sha256=sha256_hex(prompt),
+                    heartbeat=heartbeat,
+                    timeout_s=budget.timeout_s,
+                    preflight=tuple(preflight),
+                    evidence_file=switch[0].evidence_file if switch else None,
+                    sandbox=wrapped.record,
+                    model=model_fields or None,
+                )
             )
             watched = _state_entries(gate, dispatch_id)
             try:
@@ -484,35 +303,37 @@ def dispatch(
                     sandboxed=wrapped.sandboxed,
                 )
             except OSError as exc:
-                gate.record("dispatch_end", dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc), detached_pids=[])
+                gate.record(DispatchEnd(dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc)))
                 raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
-        wire, wire_forged = _wire_end(metering) if "proxy" in metering else (None, None)
+        wire, wire_forged = wire_end(metering) if "proxy" in metering else (None, None)
         tree = tree_signature(gate.workspace)
         end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+        process = result.to_json()
         gate.record(
-            "dispatch_end",
-            dispatch_id=dispatch_id,
-            seq=seq,
-            output_sha256=sha256_hex(read_bytes(output)),
-            tree_after=tree.digest,
-            provider_failure=is_provider_failure(end),
-            **({"wire": wire} if wire is not None else {}),
-            **result.to_json(),
+            DispatchEnd(
+                dispatch_id=dispatch_id,
+                seq=seq,
+                output_sha256=sha256_hex(read_bytes(output)),
+                tree_after=tree.digest,
+                provider_failure=is_provider_failure(end),
+                wire=wire,
+                detached_pids=tuple(process.pop("detached_pids")),
+                process=process,
+            )
         )
         if tampered or wire_forged:
             _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
-    return {
-        "ok": result.exit_code == 0 and not result.timed_out,
-        "dispatch_id": dispatch_id,
-        "seq": seq,
-        "lane": lane,
-        "lane_switch": switch[0] if switch else None,
-        "model": model_fields.get("model"),
-        "wire_log": model_fields.get("wire_log"),
-        "provider_failure": is_provider_failure(end),
-        "output_file": output,
-        "tree_after": tree.to_json(),
-        "sandbox": wrapped.record,
-        **result.to_json(),
-    }
+    return DispatchResult(
+        dispatch_id=dispatch_id,
+        seq=seq,
+        lane=lane,
+        lane_switch=switch[0] if switch else None,
+        model=model_fields.get("model"),
+        wire_log=model_fields.get("wire_log"),
+        provider_failure=is_provider_failure(end),
+        output_file=output,
+        tree_after=tree,
+        sandbox=wrapped.record,
+        process=result,
+    )

@@ -6,6 +6,7 @@ The manual: docs/gated-path.md.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from harness._version import __version__
@@ -13,24 +14,57 @@ from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.tree import (
     DEFAULT_EXCLUDES,
+    TreeSignature,
     display_path,
     manifest_to_json,
     scan_tree,
     signature_of,
 )
 from harness.gate.guards import ancestor_inputs, seal_matches
-from harness.gate.lanes import choose_lane
+from harness.gate.lanes import LaneDecision, choose_lane
 from harness.gate.seal import seal_files, store_hidden
 from harness.gate.state import StateDir, journal_clock, refuse_nested, workspace_root
 from harness.gate.task import load_task
 from harness.gate.workspace import Gate
+from harness.records.journal import InitEvent
 
-__all__ = ["PIN_SCHEMA", "init_workspace"]
+__all__ = ["PIN_SCHEMA", "InitResult", "init_workspace"]
 
 PIN_SCHEMA = "proctor-pin.v1"
 
 
-def init_workspace(workspace: str, task_path: str, state_dir: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InitResult:
+    """What `proctor init` pinned: the task, its lane, the sealed and hidden inputs, the baseline tree."""
+
+    task_id: str
+    workspace: str
+    state_dir: str
+    lane: LaneDecision
+    verifier_argv: tuple[str, ...]
+    sealed: tuple[str, ...]
+    hidden: tuple[str, ...]
+    baseline_tree: TreeSignature
+    pin_sha256: str
+    excluded_from_tree: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "task_id": self.task_id,
+            "workspace": self.workspace,
+            "state_dir": self.state_dir,
+            "lane": self.lane.to_json(),
+            "verifier_argv": list(self.verifier_argv),
+            "sealed": list(self.sealed),
+            "hidden": list(self.hidden),
+            "baseline_tree": self.baseline_tree.to_json(),
+            "pin_sha256": self.pin_sha256,
+            "excluded_from_tree": list(self.excluded_from_tree),
+        }
+
+
+def init_workspace(workspace: str, task_path: str, state_dir: str | None = None) -> InitResult:
     """Create the state folder, pin the task and verifier, seal and hide inputs, record the baseline."""
     refuse_nested("init")
     ws = workspace_root(workspace)
@@ -55,7 +89,7 @@ def init_workspace(workspace: str, task_path: str, state_dir: str | None = None)
         baseline = signature_of(entries)
         baseline_sha = state.write_record("baseline.json", {"entries": manifest_to_json(entries)})
         lane = choose_lane(task)
-        pin = {
+        pin: dict[str, Any] = {
             "schema": PIN_SCHEMA,
             "task_id": task.task_id,
             "task_path": task.path,
@@ -80,26 +114,26 @@ def init_workspace(workspace: str, task_path: str, state_dir: str | None = None)
         # workspace that is simply not initialized, and a retry appends a second init.
         pin_sha = sha256_hex(canonical_bytes(pin))
         gate.record(
-            "init",
-            task_id=task.task_id,
-            task_sha256=task.sha256,
-            pin_sha256=pin_sha,
-            baseline_tree=baseline.digest,
-            sealed=[s["path"] for s in sealed],
-            hidden=[h["to"] for h in hidden],
-            lane=lane.lane,
+            InitEvent(
+                task_id=task.task_id,
+                task_sha256=task.sha256,
+                pin_sha256=pin_sha,
+                baseline_tree=baseline.digest,
+                sealed=tuple(s["path"] for s in sealed),
+                hidden=tuple(h["to"] for h in hidden),
+                lane=lane.lane,
+            )
         )
         state.write_record("pin.json", pin)
-    return {
-        "ok": True,
-        "task_id": task.task_id,
-        "workspace": ws,
-        "state_dir": state.root,
-        "lane": lane.to_json(),
-        "verifier_argv": pin["verifier_argv"],
-        "sealed": [s["path"] for s in sealed],
-        "hidden": [h["to"] for h in hidden],
-        "baseline_tree": baseline.to_json(),
-        "pin_sha256": pin_sha,
-        "excluded_from_tree": [display_path(os.fsencode(p)) for p in DEFAULT_EXCLUDES],
-    }
+    return InitResult(
+        task_id=task.task_id,
+        workspace=ws,
+        state_dir=state.root,
+        lane=lane,
+        verifier_argv=tuple(pin["verifier_argv"]),
+        sealed=tuple(s["path"] for s in sealed),
+        hidden=tuple(h["to"] for h in hidden),
+        baseline_tree=baseline,
+        pin_sha256=pin_sha,
+        excluded_from_tree=tuple(display_path(os.fsencode(p)) for p in DEFAULT_EXCLUDES),
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, MeterRefusal
@@ -16,10 +17,11 @@ from harness.gate.escalation import escalation_state
 from harness.gate.receipts import load_receipt
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated
+from harness.records.journal import RecordEvent
+from harness.records.task_record import RECORD_SCHEMA, TaskRecord, WireMetering
 
-__all__ = ["RECORD_SCHEMA", "record_seed", "record_task"]
+__all__ = ["RECORD_SCHEMA", "RecordResult", "record_seed", "record_task"]
 
-RECORD_SCHEMA = "proctor-task-record.v1"
 
 
 def record_seed(gate: Gate) -> str:
@@ -34,12 +36,12 @@ def _receipt(gate: Gate) -> dict[str, Any] | None:
     last = verifies[-1]
     receipt = load_receipt(gate.state.path("receipts", f"{last['receipt_id']}.json"), last["receipt_sha256"])
     return {
-        "receipt_id": receipt["receipt_id"],
+        "receipt_id": receipt.receipt_id,
         "sha256": last["receipt_sha256"],
-        "passed": receipt["passed"],
-        "tree": receipt["tree"],
-        "dispatch_seq": receipt["dispatch_seq"],
-        "fingerprint": receipt.get("fingerprint"),
+        "passed": receipt.passed,
+        "tree": receipt.tree,
+        "dispatch_seq": receipt.dispatch_seq,
+        "fingerprint": receipt.fingerprint,
     }
 
 
@@ -129,7 +131,7 @@ def _pricing_keys(gate: Gate, catalog_path: str | None) -> dict[str, str]:
 
 def _meter(
     gate: Gate, logs: list[dict[str, Any]], pricing_path: str | None, catalog_path: str | None
-) -> dict[str, Any]:
+) -> tuple[WireMetering, dict[str, Any]]:
     from harness.meter.pricing import load_pricing
     from harness.meter.wire import meter_wire, read_wire
 
@@ -140,20 +142,35 @@ def _meter(
             records.extend(read_wire(log["path"], log.get("name")))
     pricing = load_pricing(pricing_path)
     totals = meter_wire(records, pricing, _pricing_keys(gate, catalog_path))
-    return {
-        "wire_logs": checked,
-        "pricing": {"path": pricing.path, "sha256": pricing.sha256, "notional": pricing.notional},
-        "exchanges": totals.metered,
-        "errors_unbilled": totals.errors_unbilled,
-        "not_metered": totals.not_metered,
+    wire = WireMetering(
+        wire_logs=tuple(checked),
+        pricing={"path": pricing.path, "sha256": pricing.sha256, "notional": pricing.notional},
+        exchanges=totals.metered,
+        errors_unbilled=totals.errors_unbilled,
+        not_metered=totals.not_metered,
+        by_model={k: dict(v) for k, v in totals.by_model.items()},
+    )
+    measured: dict[str, Any] = {
         "tokens": totals.tokens.to_json(),
         "cost": totals.cost.total,
         "known_cost": totals.cost.known_total,
         "cost_status": totals.cost.status,
         "usage_unknown": totals.usage_unknown,
         "price_unknown": totals.price_unknown,
-        "by_model": {k: dict(v) for k, v in totals.by_model.items()},
     }
+    return wire, measured
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """The row `proctor record` appended, and where."""
+
+    record_path: str
+    line: int
+    row: TaskRecord
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "record_path": self.record_path, "line": self.line, **self.row.to_json()}
 
 
 def record_task(
@@ -163,7 +180,7 @@ def record_task(
     pricing_path: str | None = None,
     catalog_path: str | None = None,
     state_dir: str | None = None,
-) -> dict[str, Any]:
+) -> RecordResult:
     """Append one row to the task record; returns it with where it was written."""
     refuse_nested("record")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("record"):
@@ -179,41 +196,12 @@ def record_task(
         else:
             logs, unmetered = _journal_wire_logs(gate)
             source = "journal" if logs else None
-        metering: dict[str, Any]
-        if logs:
-            metering = {"how": "wire", "source": source, **_meter(gate, logs, pricing_path, catalog_path)}
-            if unmetered:
-                metering.update(cost=None, cost_status="partial", unmetered_dispatch_ids=unmetered)
-        elif starts:
-            if pricing_path is not None:
-                raise GateRefusal(
-                    Code.PRICING_WITHOUT_WIRE,
-                    "--pricing needs a wire log: this task's dispatches were not metered (give --wire FILE)",
-                    pricing_path,
-                )
-            metering = {
-                "how": "flat_rate",
-                "source": None,
-                "note": "dispatched without a wire log: a flat-rate worker (subscription, local or scripted); "
-                "tokens and cost were not metered",
-                "tokens": None,
-                "cost": None,
-                "known_cost": None,
-                "cost_status": "flat_rate",
-                "usage_unknown": 0,
-                "price_unknown": 0,
-                "unmetered_dispatch_ids": [e["dispatch_id"] for e in starts],
-            }
-        else:
-            metering = {"how": "none", "source": None, "tokens": None, "cost": 0.0, "known_cost": 0.0,
-                        "cost_status": "no_dispatch", "usage_unknown": 0, "price_unknown": 0}
-        row = {
-            "schema": RECORD_SCHEMA,
+        common: dict[str, Any] = {
             "task_id": gate.task.task_id,
             "task_sha256": gate.task.sha256,
             "lane": esc.lane,
             "initial_lane": esc.initial_lane,
-            "lane_switches": [{"from": s["from"], "to": s["to"], "reason": s["reason"]} for s in esc.switches],
+            "lane_switches": tuple({"from": s["from"], "to": s["to"], "reason": s["reason"]} for s in esc.switches),
             "dispatches": {
                 "count": len(starts),
                 "ids": [e["dispatch_id"] for e in starts],
@@ -222,12 +210,40 @@ def record_task(
             },
             "receipt": receipt,
             "accept": _accept_state(gate, receipt),
-            "metering": metering["how"],
-            "wire_source": metering.pop("source"),
-            **{k: v for k, v in metering.items() if k != "how"},
         }
+        row: TaskRecord
+        if logs:
+            wire, measured = _meter(gate, logs, pricing_path, catalog_path)
+            if unmetered:
+                measured.update(cost=None, cost_status="partial")
+            row = TaskRecord(**common, metering="wire", wire_source=source, wire=wire, **measured,
+                             unmetered_dispatch_ids=tuple(unmetered) if unmetered else None)  # fmt: skip
+        elif starts:
+            if pricing_path is not None:
+                raise GateRefusal(
+                    Code.PRICING_WITHOUT_WIRE,
+                    "--pricing needs a wire log: this task's dispatches were not metered (give --wire FILE)",
+                    pricing_path,
+                )
+            row = TaskRecord(
+                **common,
+                metering="flat_rate",
+                wire_source=None,
+                note="dispatched without a wire log: a flat-rate worker (subscription, local or scripted); "
+                "tokens and cost were not metered",
+                tokens=None,
+                cost=None,
+                known_cost=None,
+                cost_status="flat_rate",
+                usage_unknown=0,
+                price_unknown=0,
+                unmetered_dispatch_ids=tuple(e["dispatch_id"] for e in starts),
+            )
+        else:
+            row = TaskRecord(**common, metering="none", wire_source=None, tokens=None, cost=0.0, known_cost=0.0,
+                             cost_status="no_dispatch", usage_unknown=0, price_unknown=0)  # fmt: skip
         log = ChainedLog(gate.state.path("task-record.jsonl"), record_seed(gate))
-        written = log.append(row)
+        written = log.append(row.to_json())
         line = log.status().lines
-        gate.record("record", line=line, row_sha256=sha256_hex(canonical_bytes(written)), cost_status=row["cost_status"])
-    return {"ok": True, "record_path": log.path, "line": line, **row}
+        gate.record(RecordEvent(line=line, row_sha256=sha256_hex(canonical_bytes(written)), cost_status=row.cost_status))
+    return RecordResult(record_path=log.path, line=line, row=row)

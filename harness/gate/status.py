@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, Refusal
 from harness.evidence.jsonio import read_json
 from harness.evidence.lock import lock_holder
-from harness.gate.escalation import escalation_state
+from harness.gate.escalation import EscalationState, escalation_state
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, gated
+from harness.records.journal import AckEvent
 from harness.workers.sandbox import guarantee_of
 
-__all__ = ["HEARTBEAT_STALE_S", "acknowledge", "status"]
+__all__ = ["HEARTBEAT_STALE_S", "AckResult", "JournalTail", "StatusResult", "acknowledge", "journal_tail", "status"]
 
 HEARTBEAT_STALE_S = 300.0
 """A heartbeat older than this (or than the task's timeout, if shorter) is `stale`."""
@@ -62,7 +64,64 @@ def _heartbeat(start: dict[str, Any], now: float, stale_after: float) -> dict[st
     return {"state": "stale" if age > stale_after else "fresh", "age_s": round(age, 3), **progress}
 
 
-def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StatusResult:
+    """`proctor status`: dispatches running, stalled, orphaned or detached; receipts; measurement; escalation."""
+
+    task_id: str
+    workspace: str
+    state_dir: str
+    dispatches: int
+    max_dispatches: int
+    running_dispatch_ids: tuple[str, ...]
+    stall_suspected: bool
+    silence_s: float
+    stall_after_s: float
+    orphaned_dispatch_ids: tuple[str, ...]
+    detached_dispatch_ids: tuple[str, ...]
+    payload_progress: dict[str, dict[str, Any]]
+    degraded_components: tuple[str, ...]
+    last_receipt: dict[str, Any] | None
+    accepted: bool
+    journal_lines: int
+    escalation: EscalationState
+    sandbox_dispatches: dict[str, Any]
+    guarantee: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        esc = self.escalation
+        return {
+            "ok": True,
+            "task_id": self.task_id,
+            "workspace": self.workspace,
+            "state_dir": self.state_dir,
+            "dispatches": self.dispatches,
+            "max_dispatches": self.max_dispatches,
+            "running_dispatch_ids": list(self.running_dispatch_ids),
+            "stall_suspected": self.stall_suspected,
+            "silence_s": self.silence_s,
+            "stall_after_s": self.stall_after_s,
+            "orphaned_dispatch_ids": list(self.orphaned_dispatch_ids),
+            "detached_dispatch_ids": list(self.detached_dispatch_ids),
+            "payload_progress": self.payload_progress,
+            "measurement_degraded": {"degraded": bool(self.degraded_components),
+                                     "components": list(self.degraded_components)},
+            "last_receipt": self.last_receipt,
+            "accepted": self.accepted,
+            "journal_lines": self.journal_lines,
+            "lane": esc.lane,
+            "lane_switches": len(esc.switches),
+            "fingerprints": list(esc.fingerprints),
+            "stagnant_count": esc.stagnant_count,
+            "failed_providers": {k: list(v) for k, v in sorted(esc.failed_providers.items())},
+            # `weaker` when a dispatch or the last verification ran with --sandbox none
+            "sandbox": {"dispatches": self.sandbox_dispatches,
+                        "last_receipt": None if self.last_receipt is None else self.last_receipt["sandbox"],
+                        "guarantee": self.guarantee},
+        }  # fmt: skip
+
+
+def status(workspace: str, state_dir: str | None = None) -> StatusResult:
     """A read-only report of the workspace's dispatches, receipts and measurement."""
     with gated(workspace, None, state_dir, lock=False) as gate:
         now = time.time()
@@ -96,36 +155,52 @@ def status(workspace: str, state_dir: str | None = None) -> dict[str, Any]:
             last_receipt["sandbox"] = v.get("sandbox", "none")
         kinds = {e["dispatch_id"]: (e.get("sandbox") or {}).get("kind", "none") for e in starts}
         ran = [*kinds.values(), *([last_receipt["sandbox"]] if last_receipt else [])]
-        return {
-            "ok": True,
-            "task_id": gate.task.task_id,
-            "workspace": gate.workspace,
-            "state_dir": gate.state.root,
-            "dispatches": sum(1 for e in gate.events if e["event"] == "dispatch_start"),
-            "max_dispatches": budget.max_dispatches,
-            "running_dispatch_ids": sorted(running),
-            "stall_suspected": bool(running) and silence > stall_after,
-            "silence_s": round(silence, 3),
-            "stall_after_s": stall_after,
-            "orphaned_dispatch_ids": orphans,
-            "detached_dispatch_ids": detached,
-            "payload_progress": progress,
-            "measurement_degraded": {"degraded": bool(degraded), "components": degraded},
-            "last_receipt": last_receipt,
-            "accepted": bool(accepts) and accepts[-1]["receipt_id"] == (last_receipt or {}).get("receipt_id"),
-            "journal_lines": len(gate.events),
-            "lane": esc.lane,
-            "lane_switches": len(esc.switches),
-            "fingerprints": list(esc.fingerprints),
-            "stagnant_count": esc.stagnant_count,
-            "failed_providers": {k: list(v) for k, v in sorted(esc.failed_providers.items())},
-            # `weaker` when a dispatch or the last verification ran with --sandbox none
-            "sandbox": {"dispatches": kinds, "last_receipt": None if last_receipt is None else last_receipt["sandbox"],
-                        "guarantee": guarantee_of(ran) if ran else None},
-        }
+        return StatusResult(
+            task_id=gate.task.task_id,
+            workspace=gate.workspace,
+            state_dir=gate.state.root,
+            dispatches=len(starts),
+            max_dispatches=budget.max_dispatches,
+            running_dispatch_ids=tuple(sorted(running)),
+            stall_suspected=bool(running) and silence > stall_after,
+            silence_s=round(silence, 3),
+            stall_after_s=stall_after,
+            orphaned_dispatch_ids=tuple(orphans),
+            detached_dispatch_ids=tuple(detached),
+            payload_progress=progress,
+            degraded_components=tuple(degraded),
+            last_receipt=last_receipt,
+            accepted=bool(accepts) and accepts[-1]["receipt_id"] == (last_receipt or {}).get("receipt_id"),
+            journal_lines=len(gate.events),
+            escalation=esc,
+            sandbox_dispatches=kinds,
+            guarantee=guarantee_of(ran) if ran else None,
+        )
 
 
-def acknowledge(workspace: str, dispatch_id: str, state_dir: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AckResult:
+    """The orphaned dispatch `proctor journal --ack` acknowledged."""
+
+    acknowledged: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "acknowledged": self.acknowledged}
+
+
+@dataclass(frozen=True)
+class JournalTail:
+    """The last events of a verified journal, and how many lines it holds."""
+
+    journal: str
+    lines: int
+    events: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "journal": self.journal, "lines": self.lines, "events": list(self.events)}
+
+
+def acknowledge(workspace: str, dispatch_id: str, state_dir: str | None = None) -> AckResult:
     """Acknowledge an orphaned dispatch so that status stops reporting it."""
     refuse_nested("journal --ack")
     with gated(workspace, None, state_dir) as gate:
@@ -137,12 +212,12 @@ def acknowledge(workspace: str, dispatch_id: str, state_dir: str | None = None) 
             raise GateRefusal(Code.DISPATCH_NOT_ORPHANED, f"dispatch {dispatch_id!r} ended normally", gate.state.journal_path)
         if any(e["event"] == "ack" and e["dispatch_id"] == dispatch_id for e in gate.events):
             raise GateRefusal(Code.ALREADY_ACKNOWLEDGED, f"dispatch {dispatch_id!r} was acknowledged before", gate.state.journal_path)
-        gate.record("ack", dispatch_id=dispatch_id)
-    return {"ok": True, "acknowledged": dispatch_id}
+        gate.record(AckEvent(dispatch_id))
+    return AckResult(dispatch_id)
 
 
-def journal_tail(workspace: str, state_dir: str | None = None, count: int = 20) -> dict[str, Any]:
+def journal_tail(workspace: str, state_dir: str | None = None, count: int = 20) -> JournalTail:
     """The last `count` journal events, verified."""
     with gated(workspace, None, state_dir, lock=False) as gate:
         shown = gate.events[-count:] if count > 0 else []
-        return {"ok": True, "journal": gate.state.journal_path, "lines": len(gate.events), "events": shown}
+        return JournalTail(gate.state.journal_path, len(gate.events), tuple(shown))

@@ -8,19 +8,19 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal
 from harness.evidence.fsutil import ensure_private_dir
-from harness.evidence.jsonio import read_bytes, read_json, sha256_hex
+from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import lay_entry
 from harness.evidence.tree import (
     TreeEntry,
-    manifest_from_json,
     scan_tree,
     signature_of,
 )
-from harness.gate.dispatch import withheld_paths
+from harness.gate.baseline import baseline_entries
 from harness.gate.escalation import fingerprint
 from harness.gate.guards import (
     ancestor_inputs,
@@ -28,22 +28,15 @@ from harness.gate.guards import (
     module_shadows,
     verification_input_changes,
 )
-from harness.gate.receipts import RECEIPT_SCHEMA
 from harness.gate.seal import check_copies, lay_hidden, restore_sealed
 from harness.gate.state import refuse_nested
-from harness.gate.workspace import Gate, check_pin, gated
+from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
+from harness.records.journal import TamperEvent, VerifyEvent
+from harness.records.receipt import Receipt
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
 
-__all__ = ["baseline_entries", "copy_tree", "verify"]
-
-
-def baseline_entries(gate: Gate) -> dict[bytes, TreeEntry]:
-    """The baseline tree recorded at init, checked against the pin."""
-    loaded = read_json(gate.state.path("baseline.json"))
-    if loaded.sha256 != gate.pin["baseline_manifest_sha256"]:
-        raise GateRefusal(Code.STATE_TAMPERED, "the baseline manifest differs from the pin", gate.state.path("baseline.json"))
-    return manifest_from_json(loaded.value["entries"])
+__all__ = ["VerifyResult", "copy_tree", "verify"]
 
 
 def copy_tree(source: str, entries: Mapping[bytes, TreeEntry], dest: str) -> None:
@@ -69,7 +62,32 @@ def _tampered_since_dispatch(gate: Gate) -> list[str]:
     return paths
 
 
-def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sandbox: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class VerifyResult:
+    """What `proctor verify` did: the receipt it wrote, where, and the tail of the verifier's output."""
+
+    receipt: Receipt
+    receipt_sha256: str
+    receipt_path: str
+    output_path: str
+    output_tail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.receipt.passed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.passed,
+            **self.receipt.to_json(),
+            "receipt_sha256": self.receipt_sha256,
+            "receipt_path": self.receipt_path,
+            "output_path": self.output_path,
+            "output_tail": self.output_tail,
+        }
+
+
+def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sandbox: str | None = None) -> VerifyResult:
     """Check, restore, copy, verify, receipt. Returns the receipt (with where it was written).
 
     `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
@@ -118,7 +136,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             )
         restored = restore_sealed(gate.workspace, gate.state.root, gate.pin["sealed"], current)
         if restored:
-            gate.record("tamper", paths=restored, action="restored")
+            gate.record(TamperEvent(paths=tuple(restored), action="restored"))
             current = scan_tree(gate.workspace, excludes)
         tampered = _tampered_since_dispatch(gate)
         tree = signature_of(current)
@@ -161,50 +179,49 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         failure_print = None if passed else fingerprint(
             output_bytes.decode("utf-8", "replace"), (copy, os.path.realpath(copy), gate.state.root)
         )
-        receipt = {
-            "schema": RECEIPT_SCHEMA,
-            "receipt_id": receipt_id,
-            "task_id": gate.task.task_id,
-            "task_sha256": gate.task.sha256,
-            "tree": tree.digest,
-            "tree_entries": tree.entries,
-            "tree_excludes": list(excludes),
-            "baseline_tree": gate.pin["baseline_tree"],
-            "dispatch_seq": dispatches[-1]["seq"] if dispatches else 0,
-            "verifier_argv": gate.pin["verifier_argv"],
-            "exit_code": result.exit_code,
-            "signal": result.signal,
-            "timed_out": result.timed_out,
-            "passed": passed,
-            "output_sha256": sha256_hex(output_bytes),
-            "output_bytes": len(output_bytes),
-            "fingerprint": failure_print,
-            "tamper_detected": bool(tampered),
-            "tampered_paths": tampered,
-            "verifier_nondiscriminating": passed and tree.digest == gate.pin["baseline_tree"],
-            "detached_pids": list(result.detached_pids),
-            "sandbox": wrapped.record,
-            "started": result.started,
-            "ended": result.ended,
-            "duration_s": round(result.duration_s, 6),
-        }
-        receipt_sha = gate.state.write_record(f"receipts/{receipt_id}.json", receipt)
-        gate.record(
-            "verify",
+        receipt = Receipt(
             receipt_id=receipt_id,
-            receipt_sha256=receipt_sha,
-            passed=passed,
+            task_id=gate.task.task_id,
+            task_sha256=gate.task.sha256,
             tree=tree.digest,
-            tamper_detected=bool(tampered),
-            dispatch_seq=receipt["dispatch_seq"],
+            tree_entries=tree.entries,
+            tree_excludes=excludes,
+            baseline_tree=gate.pin["baseline_tree"],
+            dispatch_seq=dispatches[-1]["seq"] if dispatches else 0,
+            verifier_argv=tuple(gate.pin["verifier_argv"]),
+            exit_code=result.exit_code,
+            signal=result.signal,
+            timed_out=result.timed_out,
+            passed=passed,
+            output_sha256=sha256_hex(output_bytes),
+            output_bytes=len(output_bytes),
             fingerprint=failure_print,
-            sandbox=wrapped.record["kind"],
+            tamper_detected=bool(tampered),
+            tampered_paths=tuple(tampered),
+            verifier_nondiscriminating=passed and tree.digest == gate.pin["baseline_tree"],
+            detached_pids=tuple(result.detached_pids),
+            sandbox=wrapped.record,
+            started=result.started,
+            ended=result.ended,
+            duration_s=round(result.duration_s, 6),
         )
-    return {
-        "ok": passed,
-        **receipt,
-        "receipt_sha256": receipt_sha,
-        "receipt_path": gate.state.path("receipts", f"{receipt_id}.json"),
-        "output_path": output,
-        "output_tail": output_bytes[-2000:].decode("utf-8", "replace"),
-    }
+        receipt_sha = gate.state.write_record(f"receipts/{receipt_id}.json", receipt.to_json())
+        gate.record(
+            VerifyEvent(
+                receipt_id=receipt_id,
+                receipt_sha256=receipt_sha,
+                passed=passed,
+                tree=tree.digest,
+                tamper_detected=bool(tampered),
+                dispatch_seq=receipt.dispatch_seq,
+                fingerprint=failure_print,
+                sandbox=wrapped.record["kind"],
+            )
+        )
+    return VerifyResult(
+        receipt=receipt,
+        receipt_sha256=receipt_sha,
+        receipt_path=gate.state.path("receipts", f"{receipt_id}.json"),
+        output_path=output,
+        output_tail=output_bytes[-2000:].decode("utf-8", "replace"),
+    )

@@ -5,6 +5,7 @@ The manual: docs/gated-path.md.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ from harness.evidence.clock import Clock
 from harness.evidence.jsonio import canonical_bytes
 from harness.gate.state import StateDir, journal_clock, stamp, workspace_root
 from harness.gate.task import Task, load_task
+from harness.records.journal import JournalEvent, RefusedEvent
 
-__all__ = ["Gate", "check_pin", "gated"]
+__all__ = ["Gate", "check_pin", "gated", "withheld_paths"]
 
 
 def check_pin(task: Task, pin: dict[str, Any]) -> None:
@@ -46,9 +48,9 @@ class Gate:
     events: list[dict[str, Any]]
     clock: Clock
 
-    def record(self, event: str, **fields: Any) -> dict[str, Any]:
+    def record(self, event: JournalEvent) -> dict[str, Any]:
         """Append one event to the chained journal, stamped by the never-backwards clock."""
-        written = self.journal.append({"event": event, **fields, **stamp(self.clock)})
+        written = self.journal.append({"event": event.KIND, **event.fields(), **stamp(self.clock)})
         self.events.append(written)
         return written
 
@@ -61,7 +63,7 @@ class Gate:
             # A journal the refusal is about (broken, tampered) may refuse this append too:
             # the first refusal is the one to report.
             with suppress(Refusal):
-                self.record("refused", action=action, refusal=refusal.code, message=refusal.message)
+                self.record(RefusedEvent(action=action, refusal=refusal.code, message=refusal.message))
             raise
 
 
@@ -103,3 +105,12 @@ def _open(ws: str, state: StateDir, task_path: str | None) -> Gate:
             paths=paths,
         )
     return Gate(ws, task, state, pin, journal, events, journal_clock(events))
+
+
+def withheld_paths(gate: Gate) -> tuple[str, ...]:
+    """What a sandbox never shows, even beneath a path a worker names: the state folders and hidden inputs."""
+    found = [gate.state.root, os.path.join(os.path.dirname(gate.workspace), ".runner-state")]
+    if os.path.basename(os.path.dirname(gate.state.root)) == ".runner-state":
+        found.append(os.path.dirname(gate.state.root))
+    found += [os.path.realpath(os.path.join(gate.task.folder, h["from"])) for h in gate.pin["hidden"]]
+    return tuple(dict.fromkeys(found))

@@ -23,6 +23,7 @@ NOT_CODES: dict[tuple[str, str], str] = {
     ("harness/gate/status.py", "tamper_detected"): "a receipt's field name",
     ("harness/gate/workspace.py", "state_tampered"): "a journal event name",
     ("harness/gate/dispatch.py", "state_tampered"): "a journal event name",
+    ("harness/records/journal.py", "state_tampered"): "a journal event name (the event's KIND)",
     ("harness/evidence/chain.py", "invalid_json"): "a chain problem kind",
     ("harness/providers/errors.py", "internal_error"): "a provider's error type",
     ("harness/audit/oracle.py", "attempt_invalid"): "an oracle rule name",

@@ -1,0 +1,166 @@
+"""`proctor` commands of a study: prereg, plan, resume, run, report, analyze, batch, audit, and ledger.
+
+Libraries are imported inside the handlers so that `proctor --help` starts fast.
+
+The manual: docs/commands.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from harness.cli.output import Outcome
+from harness.errors import Code, LogRefusal
+
+__all__ = [
+    "analyze",
+    "audit",
+    "batch",
+    "ledger_repair",
+    "ledger_verify",
+    "plan",
+    "prereg_amend",
+    "prereg_check",
+    "prereg_freeze",
+    "report",
+    "resume",
+    "run",
+]
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`)."""
+    from harness.run.runner import RunProgress, run_stage
+
+    if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
+        from harness.workers.sandbox import SANDBOX_ENV, resolve_sandbox
+
+        resolve_sandbox(args.sandbox)
+        os.environ[SANDBOX_ENV] = args.sandbox
+
+    def show(p: RunProgress) -> None:
+        parts = [f"{s.system}: {s.items_admitted} admitted, {s.attempts} attempts, {s.standing}/{s.cells} stand, "
+                 f"${s.spend_usd:.6f}/${s.cap_usd:g} ({s.state})" for s in p.systems]
+        sys.stderr.write(f"[{p.stage}] total ${p.total_usd:.6f} / ceiling ${p.ceiling_usd:g}"
+                         f"{' CROSSED' if p.crossed else ''} | " + " | ".join(parts) + "\n")
+
+    summary = run_stage(
+        args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
+        preflight=args.preflight, progress=None if args.json else show,
+    )
+    result = summary.to_json()
+    if not args.json and not args.dry_run:
+        result.pop("cells")
+    return Outcome(result, summary.exit_code)
+
+
+def report(args: argparse.Namespace) -> Outcome:
+    """`proctor report`: check a stage folder whole, then print its q table (`harness.audit.report`)."""
+    from harness.analysis.tables import q_table
+    from harness.audit.report import build_report
+
+    report = build_report(args.stage_dir, prereg_dir=args.prereg)
+    rows = q_table(report.frame).to_dicts()
+    if args.json:
+        return Outcome.of({**report.summary, "q_table": rows})
+    summary = {k: v for k, v in report.summary.items() if k != "amendments"}
+    summary["amendments"] = [f"{a['amendment']} ({a['at']}): {a['reason']}" for a in report.summary["amendments"]]
+    shown = ("system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+             "cost_per_pass_usd", "latency_median_s")
+    return Outcome.of({**summary, "q_table": [{k: row[k] for k in shown} for row in rows]})
+
+
+def analyze(args: argparse.Namespace) -> Outcome:
+    """`proctor analyze`: run notebooks/analysis.ipynb, export HTML, anchor every output (`harness.notebooks.analyze`)."""
+    from harness.notebooks.analyze import analyze_results
+
+    def show(line: str) -> None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+    if args.json:
+        return Outcome.of(got)
+    shown = ("stage", "system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+             "cost_per_pass_usd")
+    return Outcome.of({"ok": True, "study": got["study"], "prereg": got["prereg"],
+            "q_table": [{k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in row.items() if k in shown}
+                        for row in got["q_table"]],
+            "comparisons": got["verdicts"], "break_even": got["break_even"],
+            "notebook": got["notebook"]["path"], "html": got["html"]["path"],
+            "tables": [t["path"] for t in got["tables"]], "figures": [f["path"] for f in got["figures"]],
+            "anchored_in": [a["folder"] for a in got["anchored"]]})
+
+
+def batch(args: argparse.Namespace) -> Outcome:
+    """`proctor batch`: run a batch file's notebooks in order with papermill (`harness.notebooks.batch`)."""
+    from harness.notebooks.batch import run_batch
+
+    def show(line: str) -> None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    return Outcome.of(run_batch(args.file, progress=None if args.json else show))
+
+
+def audit(args: argparse.Namespace) -> Outcome:
+    """`proctor audit`: check that nothing in a study's results was altered (`harness.audit.audit`); exit 1 on a break."""
+    from harness.audit.audit import audit_results
+
+    got = audit_results(args.results, prereg=args.prereg).to_json()
+    if args.json:
+        return Outcome.of(got)
+    shown = ("ok", "study", "folder", "prereg", "frozen_sha256", "verified", "witness", "sandbox", "guarantees")
+    problems = [f"{p['file']}{'' if p['line'] is None else ':' + str(p['line'])}: [{p['rule']}] {p['message']}"
+                for p in got["problems"]]
+    return Outcome.of({**{k: got[k] for k in shown}, "problems": problems})
+
+
+def prereg_check(args: argparse.Namespace) -> Outcome:
+    from harness.prereg.freeze import check_prereg
+
+    return Outcome.of(check_prereg(args.dir))
+
+
+def prereg_freeze(args: argparse.Namespace) -> Outcome:
+    from harness.prereg.freeze import freeze
+
+    return Outcome.of(freeze(args.dir))
+
+
+def prereg_amend(args: argparse.Namespace) -> Outcome:
+    from harness.prereg.freeze import amend
+
+    return Outcome.of(amend(args.dir, args.reason))
+
+
+def plan(args: argparse.Namespace) -> Outcome:
+    from harness.prereg.plan import write_plan
+
+    return Outcome.of(write_plan(args.dir, args.scope, args.out))
+
+
+def resume(args: argparse.Namespace) -> Outcome:
+    from harness.run.resume import resume
+
+    return Outcome.of(resume(
+        args.plan, args.attempts, args.out, stage=args.stage, transport_retries=args.transport_retries
+    ))
+
+
+def ledger_verify(args: argparse.Namespace) -> Outcome:
+    from harness.evidence.chain import verify_log
+
+    report = verify_log(args.path, args.seed)
+    return Outcome.of({**report.to_json(), "ok": report.ok})
+
+
+def ledger_repair(args: argparse.Namespace) -> Outcome:
+    from harness.evidence.chain import ChainedLog, verify_log
+
+    seed = args.seed or verify_log(args.path).seed
+    if seed is None:
+        raise LogRefusal(Code.LOG_SEED_UNKNOWN, "an empty or seedless log: give --seed", args.path)
+    return Outcome.of({"ok": True, **ChainedLog(args.path, seed).repair()})

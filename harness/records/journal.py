@@ -1,0 +1,235 @@
+"""The gate's journal events: one frozen dataclass per kind, written by `Gate.record`.
+
+The manual: docs/records.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from harness.errors import Code, LogRefusal
+from harness.records._derive import read, write
+from harness.records._shape import CHAIN_KEYS
+
+__all__ = [
+    "EVENT_TYPES",
+    "AcceptEvent",
+    "AckEvent",
+    "DispatchEnd",
+    "DispatchStart",
+    "InitEvent",
+    "JournalEvent",
+    "LaneSwitch",
+    "OverrideEvent",
+    "ProviderSwitch",
+    "RecordEvent",
+    "RefusedEvent",
+    "StateTampered",
+    "TamperEvent",
+    "VerifyEvent",
+    "event_from_json",
+]
+
+_ENVELOPE: Final = ("event", "t", "at")
+
+
+class JournalEvent:
+    """Base of every event kind: `KIND` is the line's `event`; `OPTIONAL` keys are omitted when None."""
+
+    KIND: ClassVar[str]
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+    LEGACY: ClassVar[frozenset[str]] = frozenset()
+
+    def fields(self) -> dict[str, Any]:
+        """The event's own fields in declaration order, tuples as lists."""
+        return write(self, _RENAME, self.OPTIONAL)
+
+
+_RENAME: Final = {"from_lane": "from", "to_lane": "to"}
+
+
+@dataclass(frozen=True)
+class InitEvent(JournalEvent):
+    KIND: ClassVar[str] = "init"
+    task_id: str
+    task_sha256: str
+    pin_sha256: str
+    baseline_tree: str
+    sealed: tuple[str, ...]
+    hidden: tuple[str, ...]
+    lane: str
+
+
+@dataclass(frozen=True)
+class DispatchStart(JournalEvent):
+    """A dispatch began; `model` holds the catalog fields of a `--model` dispatch (spread into the line)."""
+
+    KIND: ClassVar[str] = "dispatch_start"
+    LEGACY: ClassVar[frozenset[str]] = frozenset({"sandbox", "evidence_file", "preflight"})
+    dispatch_id: str
+    seq: int
+    argv: tuple[str, ...]
+    lane: str
+    proctor_pid: int
+    prompt_sha256: str
+    heartbeat: str
+    timeout_s: float
+    preflight: tuple[dict[str, Any], ...]
+    evidence_file: str | None
+    sandbox: dict[str, Any] | None
+    model: dict[str, Any] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out = {k: v for k, v in super().fields().items() if k != "model"}
+        return {**out, **(self.model or {})}
+
+
+@dataclass(frozen=True)
+class DispatchEnd(JournalEvent):
+    """A dispatch ended: normally (output, tree, process fields) or with `spawn_error`."""
+
+    KIND: ClassVar[str] = "dispatch_end"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"output_sha256", "tree_after", "provider_failure", "wire", "spawn_error", "process"}
+    )
+    dispatch_id: str
+    seq: int
+    output_sha256: str | None = None
+    tree_after: str | None = None
+    provider_failure: bool | None = None
+    wire: dict[str, Any] | None = None
+    spawn_error: str | None = None
+    detached_pids: tuple[int, ...] = ()
+    process: dict[str, Any] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out = {k: v for k, v in super().fields().items() if k != "process"}
+        return {**out, **(self.process or {})}
+
+
+@dataclass(frozen=True)
+class LaneSwitch(JournalEvent):
+    KIND: ClassVar[str] = "lane_switch"
+    from_lane: str
+    to_lane: str
+    reason: str
+    fingerprint: str | None
+    stagnant_count: int
+    receipt_ids: tuple[str, ...]
+    dispatch_id: str
+    evidence_file: str
+    evidence_sha256: str
+
+
+@dataclass(frozen=True)
+class ProviderSwitch(JournalEvent):
+    KIND: ClassVar[str] = "provider_switch"
+    dispatch_id: str
+    from_provider: str | None
+    to_provider: str | None
+    model: str
+    lane: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StateTampered(JournalEvent):
+    KIND: ClassVar[str] = "state_tampered"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"wire_log"})
+    dispatch_id: str
+    paths: tuple[str, ...]
+    wire_log: str | None = None
+
+
+@dataclass(frozen=True)
+class TamperEvent(JournalEvent):
+    KIND: ClassVar[str] = "tamper"
+    paths: tuple[str, ...]
+    action: str
+
+
+@dataclass(frozen=True)
+class VerifyEvent(JournalEvent):
+    KIND: ClassVar[str] = "verify"
+    LEGACY: ClassVar[frozenset[str]] = frozenset({"fingerprint", "sandbox"})
+    receipt_id: str
+    receipt_sha256: str
+    passed: bool
+    tree: str
+    tamper_detected: bool
+    dispatch_seq: int
+    fingerprint: str | None
+    sandbox: str | None
+
+
+@dataclass(frozen=True)
+class OverrideEvent(JournalEvent):
+    KIND: ClassVar[str] = "override"
+    override: str
+    receipt_id: str
+
+
+@dataclass(frozen=True)
+class AcceptEvent(JournalEvent):
+    KIND: ClassVar[str] = "accept"
+    LEGACY: ClassVar[frozenset[str]] = frozenset({"guarantee"})
+    receipt_id: str
+    tree: str
+    dispatch_seq: int
+    overrides: tuple[str, ...]
+    guarantee: str | None
+
+
+@dataclass(frozen=True)
+class AckEvent(JournalEvent):
+    KIND: ClassVar[str] = "ack"
+    dispatch_id: str
+
+
+@dataclass(frozen=True)
+class RecordEvent(JournalEvent):
+    KIND: ClassVar[str] = "record"
+    line: int
+    row_sha256: str
+    cost_status: str
+
+
+@dataclass(frozen=True)
+class RefusedEvent(JournalEvent):
+    KIND: ClassVar[str] = "refused"
+    action: str
+    refusal: str
+    message: str
+
+
+EVENT_TYPES: Final[dict[str, type[JournalEvent]]] = {
+    cls.KIND: cls
+    for cls in (InitEvent, DispatchStart, DispatchEnd, LaneSwitch, ProviderSwitch, StateTampered, TamperEvent,
+                VerifyEvent, OverrideEvent, AcceptEvent, AckEvent, RecordEvent, RefusedEvent)
+}  # fmt: skip
+
+_MODEL_KEYS: Final = ("model", "api_model", "provider", "api_shape", "pricing_key", "model_choice", "catalog",
+                      "upstream", "metering", "worker_network", "wire_log", "wire_name")  # fmt: skip
+_PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s", "process_tracking")
+
+
+def event_from_json(line: object, path: str | None = None) -> JournalEvent:
+    """Read one journal line strictly into its kind's type; `log_record_invalid` names the problem."""
+    if not isinstance(line, dict):
+        raise LogRefusal(Code.LOG_RECORD_INVALID, "a journal event must be a JSON object", path)
+    kind = line.get("event")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise LogRefusal(Code.LOG_RECORD_INVALID, f"unknown journal event {kind!r}", path)
+    body = {k: v for k, v in line.items() if k not in _ENVELOPE and k not in CHAIN_KEYS}
+    if cls is DispatchStart:
+        model = {k: body.pop(k) for k in _MODEL_KEYS if k in body}
+        body["model"] = model or None
+    elif cls is DispatchEnd:
+        process = {k: body.pop(k) for k in _PROCESS_KEYS if k in body}
+        body["process"] = process or None
+    defaulted = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
+    optional = frozenset(_RENAME.get(n, n) for n in cls.LEGACY | cls.OPTIONAL | defaulted)
+    return read(cls, body, code=Code.LOG_RECORD_INVALID, path=path, optional=optional, rename=_RENAME)

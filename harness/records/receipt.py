@@ -1,0 +1,95 @@
+"""Receipts: the gate's `proctor-receipt.v1` and the warm verifier's `proctor-item-receipt.v1`.
+
+The manual: docs/records.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.errors import Code
+from harness.records._derive import read, write
+from harness.records._shape import Fields, kind_is
+
+__all__ = ["ITEM_RECEIPT_SCHEMA", "RECEIPT_SCHEMA", "ItemReceipt", "Receipt"]
+
+RECEIPT_SCHEMA: Final = "proctor-receipt.v1"
+ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
+
+_SCHEMA: Final = frozenset({"schema"})
+_RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox"})  # absent from receipts made before they were recorded
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One `proctor verify` run: the tree it checked, the verifier's exit, tampering, sandbox, times."""
+
+    receipt_id: str
+    task_id: str
+    task_sha256: str
+    tree: str
+    tree_entries: int
+    tree_excludes: tuple[str, ...]
+    baseline_tree: str
+    dispatch_seq: int
+    verifier_argv: tuple[str, ...]
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    passed: bool
+    output_sha256: str
+    output_bytes: int
+    fingerprint: str | None
+    tamper_detected: bool
+    tampered_paths: tuple[str, ...]
+    verifier_nondiscriminating: bool
+    detached_pids: tuple[int, ...]
+    sandbox: dict[str, Any] | None
+    started: float
+    ended: float
+    duration_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": RECEIPT_SCHEMA, **write(self)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:
+        """Read a receipt strictly (`receipt_invalid`); `fingerprint` and `sandbox` may be absent (older receipts)."""
+        Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(RECEIPT_SCHEMA)})
+        return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, optional=_RECEIPT_LEGACY, ignore=_SCHEMA)
+
+
+@dataclass(frozen=True)
+class ItemReceipt:
+    """How one answer to an eval item was checked: what by hash, the rule, limits, worker, verdict, times."""
+
+    suite: str
+    private_sha256: str | None
+    item: str
+    entry_point: str
+    response_sha256: str
+    extraction_rule: str
+    program_sha256: str
+    test_sha256: str
+    check_program_sha256: str
+    verdict: dict[str, Any]
+    passed: bool
+    timeout_s: float
+    memory_bytes: int | None
+    started: float
+    ended: float
+    started_at: str
+    ended_at: str
+    verifier: dict[str, Any]
+    sandbox: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": ITEM_RECEIPT_SCHEMA, **write(self)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> ItemReceipt:
+        """Read an item receipt (without the runner's own fields) strictly (`receipt_invalid`)."""
+        Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(ITEM_RECEIPT_SCHEMA)})
+        return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, ignore=_SCHEMA)

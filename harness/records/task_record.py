@@ -1,0 +1,138 @@
+"""A row of the task record (`proctor-task-record.v1`): what ran, what passed, what it cost.
+
+`proctor record` appends one per call to the chained `task-record.jsonl`;
+`metering` says how cost was measured (`wire`, `flat_rate`, `none`) and
+which of the optional fields a row has. `to_json` gives today's keys in
+today's order; `from_json` reads a row back strictly (chain fields aside).
+
+The manual: docs/records.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.errors import Code
+from harness.records._shape import (
+    CHAIN_KEYS,
+    INT,
+    OPT_STR,
+    STR,
+    Field,
+    Fields,
+    Shape,
+    is_num,
+    kind_is,
+    one_of,
+)
+
+__all__ = ["RECORD_SCHEMA", "TaskRecord", "WireMetering"]
+
+RECORD_SCHEMA: Final = "proctor-task-record.v1"
+
+
+@dataclass(frozen=True)
+class WireMetering:
+    """What a row metered from wire logs: the logs checked, the pricing, exchange counts, cost by model."""
+
+    wire_logs: tuple[dict[str, Any], ...]
+    pricing: dict[str, Any]
+    exchanges: int
+    errors_unbilled: int
+    not_metered: int
+    by_model: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One row of the task record."""
+
+    task_id: str
+    task_sha256: str
+    lane: str
+    initial_lane: str
+    lane_switches: tuple[dict[str, Any], ...]
+    dispatches: dict[str, Any]
+    receipt: dict[str, Any] | None
+    accept: dict[str, Any]
+    metering: str
+    wire_source: str | None
+    tokens: dict[str, Any] | None
+    cost: float | None
+    known_cost: float | None
+    cost_status: str
+    usage_unknown: int
+    price_unknown: int
+    wire: WireMetering | None = None
+    note: str | None = None
+    unmetered_dispatch_ids: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": RECORD_SCHEMA,
+            "task_id": self.task_id,
+            "task_sha256": self.task_sha256,
+            "lane": self.lane,
+            "initial_lane": self.initial_lane,
+            "lane_switches": list(self.lane_switches),
+            "dispatches": self.dispatches,
+            "receipt": self.receipt,
+            "accept": self.accept,
+            "metering": self.metering,
+            "wire_source": self.wire_source,
+        }
+        if self.wire is not None:
+            out.update(wire_logs=list(self.wire.wire_logs), pricing=self.wire.pricing, exchanges=self.wire.exchanges,
+                       errors_unbilled=self.wire.errors_unbilled, not_metered=self.wire.not_metered)  # fmt: skip
+        if self.note is not None:
+            out["note"] = self.note
+        out.update(tokens=self.tokens, cost=self.cost, known_cost=self.known_cost, cost_status=self.cost_status,
+                   usage_unknown=self.usage_unknown, price_unknown=self.price_unknown)  # fmt: skip
+        if self.wire is not None:
+            out["by_model"] = self.wire.by_model
+        if self.unmetered_dispatch_ids is not None:
+            out["unmetered_dispatch_ids"] = list(self.unmetered_dispatch_ids)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> TaskRecord:
+        """Read a row strictly (its chain fields `prev` and `seed` aside); `log_record_invalid` otherwise."""
+        checked = Fields(obj, None, path, Code.LOG_RECORD_INVALID)
+        checked.shape({"schema": kind_is(RECORD_SCHEMA), "metering": one_of("wire", "flat_rate", "none")})
+        wired = obj["metering"] == "wire"
+        shape = {**_ROW, **(_WIRE if wired else {})}
+        extra = frozenset(obj) & _OPTIONAL
+        checked.keys(frozenset(shape), ignore=CHAIN_KEYS | extra)
+        checked.shape({**shape, **{k: v for k, v in _OPTIONAL_SHAPE.items() if k in extra}})
+        ids = obj.get("unmetered_dispatch_ids")
+        row: dict[str, Any] = {k: tuple(obj[k]) if k == "lane_switches" else obj[k] for k in _ROW if k != "schema"}
+        wire: dict[str, Any] = {k: tuple(obj[k]) if k == "wire_logs" else obj[k] for k in _WIRE if wired}
+        return cls(
+            **row,
+            wire=WireMetering(**wire) if wired else None,
+            note=obj.get("note"),
+            unmetered_dispatch_ids=None if ids is None else tuple(ids),
+        )
+
+
+_OBJ: Final = Field("an object", lambda v: isinstance(v, dict))
+_OPT_OBJ: Final = Field("an object or null", lambda v: v is None or isinstance(v, dict))
+_OPT_NUM: Final = Field("a number or null", lambda v: v is None or is_num(v))
+_OBJECTS: Final = Field("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v))
+_ROW: Final[Shape] = {
+    "schema": kind_is(RECORD_SCHEMA), "task_id": STR, "task_sha256": STR, "lane": STR, "initial_lane": STR,
+    "lane_switches": _OBJECTS, "dispatches": _OBJ, "receipt": _OPT_OBJ, "accept": _OBJ,
+    "metering": one_of("wire", "flat_rate", "none"), "wire_source": OPT_STR, "tokens": _OPT_OBJ, "cost": _OPT_NUM,
+    "known_cost": _OPT_NUM, "cost_status": STR, "usage_unknown": INT, "price_unknown": INT,
+}  # fmt: skip
+"""The fields of every row (JSON names) and what each must be."""
+_WIRE: Final[Shape] = {"wire_logs": _OBJECTS, "pricing": _OBJ, "exchanges": INT, "errors_unbilled": INT,
+                       "not_metered": INT, "by_model": _OBJ}  # fmt: skip
+"""The fields a `wire` row adds."""
+_OPTIONAL_SHAPE: Final[Shape] = {
+    "note": STR,
+    "unmetered_dispatch_ids": Field("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
+_OPTIONAL: Final = frozenset(_OPTIONAL_SHAPE)
