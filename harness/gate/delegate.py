@@ -19,14 +19,8 @@ from typing import Any
 from harness.errors import Code, GateRefusal, ProviderRefusal, TreeRefusal
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.layout import lay_entry, real_parents, remove_entry
-from harness.evidence.tree import (
-    TreeDiff,
-    TreeEntry,
-    diff_trees,
-    display_path,
-    scan_tree,
-    signature_of,
-)
+from harness.evidence.tree import scan_tree
+from harness.evidence.tree_entry import TreeDiff, TreeEntry, diff_trees, display_path, signature_of
 from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
 from harness.gate.metering import metering_proxy, socket_base_url
 from harness.gate.state import NESTED_ENV

@@ -18,7 +18,8 @@ from typing import Any
 from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.evidence.tree import TreeEntry, TreeSignature, diff_trees, scan_tree, tree_signature
+from harness.evidence.tree import scan_tree, tree_signature
+from harness.evidence.tree_entry import TreeEntry, TreeSignature, diff_trees
 from harness.gate.choice import choose_model, lane_switch, next_lane, provider_switch
 from harness.gate.escalation import escalation_state, is_provider_failure
 from harness.gate.lanes import choose_lane

@@ -15,7 +15,7 @@ from harness.evals.suite import Packet, PacketItem, load_packet
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
 from harness.prereg.design import Design, System
-from harness.prereg.freeze import check_frozen
+from harness.prereg.frozen import check_frozen
 from harness.prereg.order import draw, permutation
 from harness.providers.base import GenerationSettings
 from harness.providers.catalog import (

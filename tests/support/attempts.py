@@ -10,8 +10,9 @@ from harness.meter.cost import Cost, meter
 from harness.meter.pricing import Price
 from harness.providers.base import Exchange, GenerationSettings, ParsedResponse
 from harness.providers.registry import adapter_for
+from harness.records.plan import Plan
 from harness.records.usage import TokenUsage
-from harness.run.attempts import Plan, PlanRequest, attempt_from_exchange, error_attempt, read_plan
+from harness.run.attempts import PlanRequest, attempt_from_exchange, error_attempt, read_plan
 
 BASE_URL = "http://127.0.0.1:9/v1"
 PRICE = Price(key="sim-flash", input_per_mtok=0.5, output_per_mtok=2.0)

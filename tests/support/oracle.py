@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.evidence.chain import seed_hash
+from harness.evidence.chain_read import seed_hash
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.run import anchors as anchors_mod
-from harness.run.records import archive_name, log_seed
+from harness.run.layout import archive_name, log_seed
 from tests.support.study import logs
 
 Records = dict[str, list[dict[str, Any]]]

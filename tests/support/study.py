@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.prereg.freeze import freeze
-from harness.run.records import log_seed
+from harness.run.layout import log_seed
 from tests.support.design import toml_dumps
 from tests.support.paths import HUMANEVAL, REPO
 
