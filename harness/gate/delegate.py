@@ -25,7 +25,7 @@ from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
 from harness.gate.metering import metering_proxy, socket_base_url
 from harness.gate.state import NESTED_ENV
 from harness.providers.catalog import load_catalog, resolve_model, worker_env
-from harness.workers.process import ProcessResult, run_group
+from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -109,7 +109,7 @@ def _output(path: str) -> tuple[str, bool]:
 
 
 @dataclass(frozen=True)
-class DelegateResult:
+class DelegateResult(WorkerOutcome):
     """One consult: who ran, what it printed, what it changed (and what was restored), its sandbox."""
 
     mode: str
@@ -128,14 +128,8 @@ class DelegateResult:
     proxy: dict[str, Any] | None
     process: ProcessResult
 
-    @property
-    def succeeded(self) -> bool:
-        """The worker exited 0 within its time."""
-        return self.process.exit_code == 0 and not self.process.timed_out
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.succeeded,
+        return self.outcome_json({
             "mode": self.mode,
             "model": self.model,
             "argv": list(self.argv),
@@ -150,8 +144,7 @@ class DelegateResult:
             "tree_after": self.tree_after,
             "sandbox": self.sandbox,
             "proxy": self.proxy,
-            **self.process.to_json(),
-        }
+        })
 
 
 def delegate(

@@ -29,7 +29,7 @@ from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.providers.catalog import worker_env
 from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
-from harness.workers.process import ProcessResult, run_group
+from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -113,7 +113,7 @@ def _refuse_tampering(
 
 
 @dataclass(frozen=True)
-class DispatchResult:
+class DispatchResult(WorkerOutcome):
     """How one dispatch ended: its id, lane, model, the worker's exit, the tree it left, its sandbox."""
 
     dispatch_id: str
@@ -128,14 +128,8 @@ class DispatchResult:
     sandbox: dict[str, Any]
     process: ProcessResult
 
-    @property
-    def succeeded(self) -> bool:
-        """The worker exited 0 within its time."""
-        return self.process.exit_code == 0 and not self.process.timed_out
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.succeeded,
+        return self.outcome_json({
             "dispatch_id": self.dispatch_id,
             "seq": self.seq,
             "lane": self.lane,
@@ -146,8 +140,7 @@ class DispatchResult:
             "output_file": self.output_file,
             "tree_after": self.tree_after.to_json(),
             "sandbox": self.sandbox,
-            **self.process.to_json(),
-        }
+        })
 
 
 def dispatch(
