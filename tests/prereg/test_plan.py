@@ -32,6 +32,7 @@ from harness.providers.common import make_request
 from harness.records.plan import PlanCell
 from harness.run.attempts import read_plan
 from tests.support.cli import run_proctor
+from tests.support.guard import guarded_env
 from tests.support.paths import REPO
 
 SEED = 20261130
@@ -510,35 +511,14 @@ def test_the_planner_opens_nothing_under_the_private_part(study: Study, tmp_path
 # --- no network, no credentials ----------------------------------------------------------------------------
 
 
-GUARD = """
-import os, socket
-def _refuse(*args, **kwargs):
-    with open(os.environ["GUARD_LOG"], "a", encoding="utf-8") as fh:
-        fh.write(repr(args[:2]) + "\\n")
-    raise OSError("network disabled by the test's socket guard")
-socket.socket.connect = _refuse
-socket.socket.connect_ex = _refuse
-socket.create_connection = _refuse
-socket.getaddrinfo = _refuse
-"""
-
-
-def guarded_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    hooks = tmp_path / "guard"
-    hooks.mkdir(exist_ok=True)
-    (hooks / "sitecustomize.py").write_text(GUARD, encoding="utf-8")
-    log = tmp_path / "guard.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env.update({
-        "PYTHONPATH": str(hooks), "GUARD_LOG": str(log),
-        "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET + "-a", "GEMINI_API_KEY": SECRET + "-g",
-        "GOOGLE_API_KEY": SECRET + "-G", "PROCTOR_SIM_URL": "http://127.0.0.1:9/v1",
-    })
-    return env, log
+CREDENTIALS = {
+    "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET + "-a", "GEMINI_API_KEY": SECRET + "-g",
+    "GOOGLE_API_KEY": SECRET + "-G", "PROCTOR_SIM_URL": "http://127.0.0.1:9/v1",
+}
 
 
 def test_the_socket_guard_works(tmp_path: Path) -> None:
-    env, log = guarded_env(tmp_path)
+    env, log = guarded_env(tmp_path, CREDENTIALS)
     done = subprocess.run(
         [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
@@ -548,7 +528,7 @@ def test_the_socket_guard_works(tmp_path: Path) -> None:
 
 
 def test_plan_and_prereg_check_open_no_connection_and_leak_no_credential(study: Study, tmp_path: Path) -> None:
-    env, log = guarded_env(tmp_path)
+    env, log = guarded_env(tmp_path, CREDENTIALS)
     out = tmp_path / "plan.jsonl"
     for words in (
         ["plan", str(study.prereg), "--scope", "full", "--out", str(out)],
