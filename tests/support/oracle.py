@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,16 @@ def reanchor(folder: Path, prereg_dir: Path) -> None:
     manifests = {"plan.jsonl": str(folder / "plan.jsonl"), "FROZEN.json": str(prereg_dir / "FROZEN.json"),
                  "pricing": str(BUNDLED_PRICING)}
     rewrite(folder, "anchors", [anchors_mod.anchor_record(a["at"], a["reason"], paths, manifests) for a in old])
+
+
+def flip_verdict(folder: Path, final: dict[str, Any]) -> None:
+    """Flip the verdict of `final`'s receipt and re-record its sha256 in `final`: every chain stays consistent."""
+    path = folder / final["receipt"]
+    body = json.loads(path.read_bytes())
+    body["passed"] = not body["passed"]
+    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    path.write_bytes(data)
+    final["receipt_sha256"] = sha256_hex(data)
 
 
 def rebuild(folder: Path, p: Path, edit: Callable[[Records], None], *, anchors: bool = True) -> None:
