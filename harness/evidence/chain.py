@@ -19,7 +19,6 @@ from harness.evidence.chain_read import (
     PathArg,
     check_form,
     check_link,
-    open_regular,
     read_log,
     refuse_problem,
     scan_fd,
@@ -27,7 +26,7 @@ from harness.evidence.chain_read import (
     verify_log,
 )
 from harness.evidence.fsutil import fsync_dir
-from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.evidence.jsonio import canonical_bytes, open_regular, sha256_hex
 
 __all__ = ["ChainedLog"]
 
