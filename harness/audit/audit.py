@@ -13,11 +13,7 @@ from typing import Any
 
 from harness.audit.locate import PathArg, locate, study_design
 from harness.audit.oracle import Problem
-from harness.audit.stage import (
-    StageAudit,
-    StageCheck,
-    files_below,
-)
+from harness.audit.stage import StageAudit, StageCheck, files_below
 from harness.errors import Refusal
 from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.run.anchor_push import Pushed, read_pushed, resolve_remote

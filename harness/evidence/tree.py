@@ -18,11 +18,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from harness.errors import Code, Refusal, TreeRefusal
-from harness.evidence.tree_entry import (
-    TreeEntry,
-    TreeSignature,
-    signature_of,
-)
+from harness.evidence.tree_entry import TreeEntry, TreeSignature, signature_of
 
 __all__ = ["DEFAULT_EXCLUDES", "scan_tree", "tree_signature"]
 

@@ -1,4 +1,4 @@
-"""What `notebooks/run_study.ipynb` calls: paths, tables, the progress display, and papermill.
+"""What `notebooks/run_study.ipynb` calls besides its tables (`display`): the progress display, the checks, papermill.
 
 The manual: docs/notebooks.md.
 """
@@ -18,10 +18,7 @@ from harness.evidence.clock import Clock
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.evidence.paths import repo_root, resolve
-from harness.notebooks.display import (
-    Table,
-    progress_table,
-)
+from harness.notebooks.display import Table, progress_table
 from harness.run.anchors import OUTPUT_REASONS, output_manifest_name
 from harness.run.layout import LOGS, log_seed, stage_folder
 from harness.run.summary import RunProgress, RunSummary

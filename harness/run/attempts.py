@@ -16,15 +16,8 @@ from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost
 from harness.providers.base import Exchange
 from harness.providers.registry import API_SHAPES
-from harness.records.attempt import (
-    Attempt,
-    raw_form,
-    validate_attempt,
-)
-from harness.records.plan import (
-    Plan,
-    PlanCell,
-)
+from harness.records.attempt import Attempt, raw_form, validate_attempt
+from harness.records.plan import Plan, PlanCell
 from harness.records.plan import read_plan as _read_plan
 from harness.records.usage import TokenUsage
 

@@ -23,12 +23,7 @@ from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes, canonical_line, loads_strict, sha256_hex
 from harness.records.plan import Plan
-from harness.run.resume import (
-    ERROR_CLASSES,
-    TRANSPORT_CODES,
-    RunState,
-    schedule,
-)
+from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES, RunState, schedule
 from tests.support.attempts import delivered, failed, plan_records, write_plan, write_records
 from tests.support.cli import run_proctor
 
