@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from harness.providers import usage as u
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
+    answer,
     check_model,
     failure,
     header,
@@ -101,17 +102,8 @@ class AnthropicMessages(Provider):
                 model_snapshot=model,
                 usage=usage,
             )
-        if finish == "refusal":
-            return failure(
-                "content_filter",
-                "stop_reason refusal",
-                text=text,
-                finish_reason=finish,
-                model_snapshot=model,
-                request_id=request_id,
-                usage=usage,
-            )
-        return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+        filtered = "stop_reason refusal" if finish == "refusal" else None
+        return answer(text, finish, model, request_id, usage, filtered=filtered)
 
     def parse_usage(self, body: Any) -> TokenUsage | None:
         """`usage`: fresh input, cache reads and writes, output (each apart)."""

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from harness.providers import usage as u
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
+    answer,
     check_model,
     failure,
     first,
@@ -132,14 +133,7 @@ class GeminiGenerate(Provider):
             feedback = body.get("promptFeedback")
             blocked = feedback.get("blockReason") if isinstance(feedback, Mapping) else None
             if isinstance(blocked, str) and blocked:
-                return failure(
-                    "content_filter",
-                    f"prompt blocked: {blocked}",
-                    finish_reason=blocked,
-                    model_snapshot=model,
-                    request_id=request_id,
-                    usage=usage,
-                )
+                return answer(None, blocked, model, request_id, usage, filtered=f"prompt blocked: {blocked}")
         if not isinstance(candidates, list) or not candidates or not isinstance(candidates[0], Mapping):
             return failure("malformed_response", "response has no candidates", request_id=request_id, usage=usage)
         finish = candidates[0].get("finishReason")
@@ -152,17 +146,8 @@ class GeminiGenerate(Provider):
                 model_snapshot=model,
                 usage=usage,
             )
-        if finish in self.FILTER_REASONS:
-            return failure(
-                "content_filter",
-                f"finishReason {finish}",
-                text=text,
-                finish_reason=finish,
-                model_snapshot=model,
-                request_id=request_id,
-                usage=usage,
-            )
-        return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+        filtered = f"finishReason {finish}" if finish in self.FILTER_REASONS else None
+        return answer(text, finish, model, request_id, usage, filtered=filtered)
 
     def parse_usage(self, body: Any) -> TokenUsage | None:
         """`usageMetadata`: prompt tokens (cached among them), candidate and thought tokens apart."""

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from harness.providers import usage as u
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
+    answer,
     check_model,
     failure,
     first,
@@ -101,18 +102,11 @@ class OpenAIChat(Provider):
             )
         assert isinstance(message, Mapping)
         refusal = message.get("refusal")
-        if finish == "content_filter" or (isinstance(refusal, str) and refusal):
-            why = f"refusal: {refusal}" if isinstance(refusal, str) and refusal else "finish_reason content_filter"
-            return failure(
-                "content_filter",
-                why,
-                text=text,
-                finish_reason=finish,
-                model_snapshot=model,
-                request_id=request_id,
-                usage=usage,
-            )
-        return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+        if isinstance(refusal, str) and refusal:
+            filtered: str | None = f"refusal: {refusal}"
+        else:
+            filtered = "finish_reason content_filter" if finish == "content_filter" else None
+        return answer(text, finish, model, request_id, usage, filtered=filtered)
 
     def parse_usage(self, body: Any) -> TokenUsage | None:
         """`usage`: prompt tokens (cached among them) and completion tokens (reasoning among them)."""

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from harness.providers import usage as u
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
+    answer,
     check_model,
     failure,
     make_request,
@@ -104,17 +105,11 @@ class OpenAIResponses(Provider):
             )
         if state == "failed":
             return failure("server_error", "status failed without an error object", request_id=request_id, usage=usage)
-        if finish == "content_filter" or refusal is not None:
-            return failure(
-                "content_filter",
-                f"refusal: {refusal}" if refusal is not None else "incomplete: content_filter",
-                text=text,
-                finish_reason=finish,
-                model_snapshot=model,
-                request_id=request_id,
-                usage=usage,
-            )
-        return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
+        if refusal is not None:
+            filtered: str | None = f"refusal: {refusal}"
+        else:
+            filtered = "incomplete: content_filter" if finish == "content_filter" else None
+        return answer(text, finish, model, request_id, usage, filtered=filtered)
 
     def parse_usage(self, body: Any) -> TokenUsage | None:
         """`usage`: input tokens (cached among them) and output tokens (reasoning among them)."""
