@@ -58,12 +58,12 @@ def api_shapes() -> tuple[str, ...]:
 
 
 def find_adapter(api_shape: str) -> Provider | None:
-    """The adapter for `api_shape`, or None (e.g. for the wire log's "unknown")."""
+    """The `Provider` for `api_shape`, or None (e.g. for the wire log's "unknown")."""
     return ADAPTERS.get(api_shape) if isinstance(api_shape, str) else None
 
 
 def adapter_for(api_shape: str) -> Provider:
-    """The adapter for `api_shape`, or the refusal `unknown_api_shape` naming the known ones."""
+    """The `Provider` for `api_shape`, or the refusal `unknown_api_shape` naming the known ones."""
     found = find_adapter(api_shape)
     if found is None:
         known = ", ".join(sorted(ADAPTERS))
