@@ -1,6 +1,6 @@
 """`proctor dispatch`: run one worker in the workspace under the task's budget, and journal it.
 
-The manual: docs/gated-path.md.
+The manual: docs/gated-path.md; what its sandbox holds: docs/sandbox.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`proctor verify`: run the pinned verifier on a fresh copy of the workspace and write a receipt.
 
-The manual: docs/gated-path.md.
+The manual: docs/gated-path.md; what its sandbox holds: docs/sandbox.md.
 """
 
 from __future__ import annotations

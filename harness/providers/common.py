@@ -21,6 +21,7 @@ from harness.records.usage import TokenUsage
 
 __all__ = [
     "MAX_MESSAGE",
+    "answer",
     "check_model",
     "decode_json",
     "failure",
@@ -175,4 +176,27 @@ def failure(
         usage=usage,
         error_code=code,
         error_message=truncate(message),
+    )
+
+
+def answer(
+    text: str | None,
+    finish_reason: str | None,
+    model_snapshot: str | None,
+    request_id: str | None,
+    usage: TokenUsage | None,
+    *,
+    filtered: str | None = None,
+) -> ParsedResponse:
+    """A response's answer; with `filtered` (why) a `content_filter` failure that keeps text and usage."""
+    if filtered is None:
+        return ParsedResponse(text, finish_reason, model_snapshot, request_id, usage)
+    return failure(
+        "content_filter",
+        filtered,
+        text=text,
+        finish_reason=finish_reason,
+        model_snapshot=model_snapshot,
+        request_id=request_id,
+        usage=usage,
     )

@@ -6,70 +6,25 @@ The manual: docs/models.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar
 
 from harness.providers import usage as u
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
+    answer,
     check_model,
-    decode_json,
     failure,
     first,
-    header,
-    lower_headers,
     make_request,
     refuse_unsupported,
     str_or_none,
-    string_or_none,
     url_base,
     valid_settings,
 )
-from harness.providers.errors import classify_error as classify
-from harness.providers.errors import error_response
-from harness.providers.streams import body_asks_stream, fold_stream
+from harness.providers.provider import Provider
 from harness.records.usage import TokenUsage
 
-__all__ = [
-    "API_SHAPE",
-    "FREE_PATH_SUFFIXES",
-    "REASONING_EFFORTS",
-    "build_request",
-    "classify_error",
-    "describe",
-    "describe_stream",
-    "model_from_path",
-    "parse_response",
-    "parse_usage",
-    "request_streams",
-    "serves_path",
-]
-
-API_SHAPE: Final = "openai_chat"
-REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
-
-
-def build_request(model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
-    """The exact Chat Completions request for one user message."""
-    s = valid_settings(API_SHAPE, settings, max_temperature=2.0)
-    messages: list[dict[str, Any]] = []
-    if s.system is not None:
-        messages.append({"role": "system", "content": s.system})
-    messages.append({"role": "user", "content": prompt})
-    body: dict[str, Any] = {"model": check_model(model), "messages": messages}
-    if s.max_output_tokens is not None:
-        body["max_tokens"] = s.max_output_tokens
-    if s.temperature is not None:
-        body["temperature"] = s.temperature
-    if s.top_p is not None:
-        body["top_p"] = s.top_p
-    if s.seed is not None:
-        body["seed"] = s.seed
-    if s.reasoning_effort is not None:
-        if s.reasoning_effort not in REASONING_EFFORTS:
-            raise refuse_unsupported(API_SHAPE, "reasoning_effort", f"one of {', '.join(REASONING_EFFORTS)}")
-        body["reasoning_effort"] = s.reasoning_effort
-    url = f"{url_base(base_url)}/chat/completions"
-    return make_request(API_SHAPE, model, url, body, (), "Authorization", "Bearer ")
+__all__ = ["OpenAIChat"]
 
 
 def _text(content: Any) -> tuple[str | None, bool]:
@@ -89,105 +44,82 @@ def _text(content: Any) -> tuple[str | None, bool]:
     return None, False
 
 
-def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> ParsedResponse:
-    """Read a raw Chat Completions response; errors come back as data, never raised."""
-    h = lower_headers(headers)
-    body, why = decode_json(raw)
-    obj = body if isinstance(body, Mapping) else {}
-    request_id = string_or_none(obj.get("id")) or header(h, "x-request-id")
-    model = string_or_none(obj.get("model"))
-    if not 200 <= status < 300 or (obj.get("error") is not None and "choices" not in obj):
-        return error_response(
-            status,
-            raw if why else body,
-            classify=classify_error,
-            usage_of=parse_usage,
-            request_id=request_id,
-            model_snapshot=model,
+class OpenAIChat(Provider):
+    """OpenAI Chat Completions (docs/models.md)."""
+
+    API_SHAPE = "openai_chat"
+    PATH_SUFFIXES = ("/chat/completions",)
+    REASONING_EFFORTS: ClassVar[tuple[str, ...]] = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+    def build_request(self, model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
+        """The exact Chat Completions request for one user message."""
+        s = valid_settings(self.API_SHAPE, settings, max_temperature=2.0)
+        messages: list[dict[str, Any]] = []
+        if s.system is not None:
+            messages.append({"role": "system", "content": s.system})
+        messages.append({"role": "user", "content": prompt})
+        body: dict[str, Any] = {"model": check_model(model), "messages": messages}
+        if s.max_output_tokens is not None:
+            body["max_tokens"] = s.max_output_tokens
+        if s.temperature is not None:
+            body["temperature"] = s.temperature
+        if s.top_p is not None:
+            body["top_p"] = s.top_p
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.reasoning_effort is not None:
+            if s.reasoning_effort not in self.REASONING_EFFORTS:
+                efforts = ", ".join(self.REASONING_EFFORTS)
+                raise refuse_unsupported(self.API_SHAPE, "reasoning_effort", f"one of {efforts}")
+            body["reasoning_effort"] = s.reasoning_effort
+        url = f"{url_base(base_url)}/chat/completions"
+        return make_request(self.API_SHAPE, model, url, body, (), "Authorization", "Bearer ")
+
+    def is_error(self, body: Any, obj: Mapping[str, Any]) -> bool:
+        """An `error` object without `choices`."""
+        del body
+        return obj.get("error") is not None and "choices" not in obj
+
+    def parse_body(self, body: Mapping[str, Any], request_id: str | None, model: str | None) -> ParsedResponse:
+        """The first choice's message text and finish reason; a refusal or `content_filter` is an error."""
+        usage = self.parse_usage(body)
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            return failure(
+                "malformed_response", "response has no choices", request_id=request_id, model_snapshot=model, usage=usage
+            )
+        choice = choices[0]
+        message = choice.get("message")
+        finish = choice.get("finish_reason")
+        text, readable = _text(message.get("content")) if isinstance(message, Mapping) else (None, False)
+        if not readable or not (finish is None or isinstance(finish, str)):
+            return failure(
+                "malformed_response",
+                "choices[0] has no readable message or finish_reason",
+                request_id=request_id,
+                model_snapshot=model,
+                usage=usage,
+            )
+        assert isinstance(message, Mapping)
+        refusal = message.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            filtered: str | None = f"refusal: {refusal}"
+        else:
+            filtered = "finish_reason content_filter" if finish == "content_filter" else None
+        return answer(text, finish, model, request_id, usage, filtered=filtered)
+
+    def parse_usage(self, body: Any) -> TokenUsage | None:
+        """`usage`: prompt tokens (cached among them) and completion tokens (reasoning among them)."""
+        usage = u.get(body, "usage")
+        return u.split(
+            u.count(u.get(usage, "prompt_tokens")),
+            u.optional(usage, "prompt_tokens_details", "cached_tokens"),
+            u.count(u.get(usage, "completion_tokens")),
+            u.optional(usage, "completion_tokens_details", "reasoning_tokens"),
         )
-    if why is not None:
-        return failure("malformed_response", why, request_id=request_id)
-    if not isinstance(body, Mapping):
-        return failure("malformed_response", "response body is not a JSON object", request_id=request_id)
-    usage = parse_usage(body)
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return failure(
-            "malformed_response", "response has no choices", request_id=request_id, model_snapshot=model, usage=usage
-        )
-    choice = choices[0]
-    message = choice.get("message")
-    finish = choice.get("finish_reason")
-    text, readable = _text(message.get("content")) if isinstance(message, Mapping) else (None, False)
-    if not readable or not (finish is None or isinstance(finish, str)):
-        return failure(
-            "malformed_response",
-            "choices[0] has no readable message or finish_reason",
-            request_id=request_id,
-            model_snapshot=model,
-            usage=usage,
-        )
-    assert isinstance(message, Mapping)
-    refusal = message.get("refusal")
-    if finish == "content_filter" or (isinstance(refusal, str) and refusal):
-        why_filtered = f"refusal: {refusal}" if isinstance(refusal, str) and refusal else "finish_reason content_filter"
-        return failure(
-            "content_filter",
-            why_filtered,
-            text=text,
-            finish_reason=finish,
-            model_snapshot=model,
-            request_id=request_id,
-            usage=usage,
-        )
-    return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
 
-
-# ---- metering: what the wire log reads from an exchange of this shape
-
-FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = ()
-
-
-def parse_usage(body: Any) -> TokenUsage | None:
-    """The usage in a decoded response body, or None when unknown."""
-    usage = u.get(body, "usage")
-    return u.split(
-        u.count(u.get(usage, "prompt_tokens")),
-        u.optional(usage, "prompt_tokens_details", "cached_tokens"),
-        u.count(u.get(usage, "completion_tokens")),
-        u.optional(usage, "completion_tokens_details", "reasoning_tokens"),
-    )
-
-
-def classify_error(status: int, body: Any) -> tuple[str, str]:
-    """The stable error code and a short message for an error response (`harness.providers.errors`)."""
-    return classify(status, body)
-
-
-def describe(doc: Mapping[str, Any]) -> Described:
-    """Usage, finish reason, model snapshot and request id of a decoded response body."""
-    choice = first(doc.get("choices"))
-    finish = str_or_none(choice.get("finish_reason")) if isinstance(choice, dict) else None
-    return Described(parse_usage(doc), finish, str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
-
-
-def describe_stream(docs: list[dict[str, Any]]) -> Described:
-    """A stream's chunks: the usage of the last chunk carrying a non-null `usage`."""
-    return fold_stream(docs, describe, usage_key="usage")
-
-
-def serves_path(path: str) -> bool:
-    """Whether a request path (no query, no trailing slash) is this shape's endpoint."""
-    return path.endswith("/chat/completions")
-
-
-def request_streams(url: str, body: bytes) -> bool:
-    """True when the request asks for a streamed response."""
-    del url
-    return body_asks_stream(body)
-
-
-def model_from_path(path: str) -> str | None:
-    """The model a request path names: none (it is in the body)."""
-    del path
-    return None
+    def describe(self, doc: Mapping[str, Any]) -> Described:
+        """Usage, finish reason, model snapshot and request id of a decoded response body."""
+        choice = first(doc.get("choices"))
+        finish = str_or_none(choice.get("finish_reason")) if isinstance(choice, dict) else None
+        return Described(self.parse_usage(doc), finish, str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)

@@ -6,67 +6,25 @@ The manual: docs/models.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar
 
 from harness.providers import usage as u
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.common import (
+    answer,
     check_model,
-    decode_json,
     failure,
-    header,
-    lower_headers,
     make_request,
     refuse_unsupported,
     str_or_none,
-    string_or_none,
     url_base,
     valid_settings,
 )
-from harness.providers.errors import classify_error as classify
-from harness.providers.errors import error_response
-from harness.providers.streams import body_asks_stream, fold_stream
+from harness.providers.provider import Provider
+from harness.providers.streams import fold_stream
 from harness.records.usage import TokenUsage
 
-__all__ = [
-    "API_SHAPE",
-    "FREE_PATH_SUFFIXES",
-    "REASONING_EFFORTS",
-    "build_request",
-    "classify_error",
-    "describe",
-    "describe_stream",
-    "model_from_path",
-    "parse_response",
-    "parse_usage",
-    "request_streams",
-    "serves_path",
-]
-
-API_SHAPE: Final = "openai_responses"
-REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
-
-
-def build_request(model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
-    """The exact Responses request for one user message."""
-    s = valid_settings(API_SHAPE, settings, max_temperature=2.0)
-    if s.seed is not None:
-        raise refuse_unsupported(API_SHAPE, "seed", "the Responses API takes no seed")
-    body: dict[str, Any] = {"model": check_model(model), "input": [{"role": "user", "content": prompt}]}
-    if s.system is not None:
-        body["instructions"] = s.system
-    if s.max_output_tokens is not None:
-        body["max_output_tokens"] = s.max_output_tokens
-    if s.temperature is not None:
-        body["temperature"] = s.temperature
-    if s.top_p is not None:
-        body["top_p"] = s.top_p
-    if s.reasoning_effort is not None:
-        if s.reasoning_effort not in REASONING_EFFORTS:
-            raise refuse_unsupported(API_SHAPE, "reasoning_effort", f"one of {', '.join(REASONING_EFFORTS)}")
-        body["reasoning"] = {"effort": s.reasoning_effort}
-    url = f"{url_base(base_url)}/responses"
-    return make_request(API_SHAPE, model, url, body, (), "Authorization", "Bearer ")
+__all__ = ["OpenAIResponses"]
 
 
 def _read_output(output: list[Any]) -> tuple[str | None, str | None, bool]:
@@ -94,104 +52,84 @@ def _read_output(output: list[Any]) -> tuple[str | None, str | None, bool]:
     return ("".join(texts) if texts else None), ("\n".join(refusals) if refusals else None), True
 
 
-def parse_response(status: int, headers: Mapping[str, str], raw: bytes) -> ParsedResponse:
-    """Read a raw Responses API response; errors come back as data, never raised."""
-    h = lower_headers(headers)
-    body, why = decode_json(raw)
-    obj = body if isinstance(body, Mapping) else {}
-    request_id = string_or_none(obj.get("id")) or header(h, "x-request-id")
-    model = string_or_none(obj.get("model"))
-    state = obj.get("status")
-    if not 200 <= status < 300 or (obj.get("error") is not None and ("output" not in obj or state == "failed")):
-        return error_response(
-            status,
-            raw if why else body,
-            classify=classify_error,
-            usage_of=parse_usage,
-            request_id=request_id,
-            model_snapshot=model,
+class OpenAIResponses(Provider):
+    """The OpenAI Responses API (docs/models.md)."""
+
+    API_SHAPE = "openai_responses"
+    PATH_SUFFIXES = ("/responses",)
+    REASONING_EFFORTS: ClassVar[tuple[str, ...]] = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+    def build_request(self, model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
+        """The exact Responses request for one user message."""
+        s = valid_settings(self.API_SHAPE, settings, max_temperature=2.0)
+        if s.seed is not None:
+            raise refuse_unsupported(self.API_SHAPE, "seed", "the Responses API takes no seed")
+        body: dict[str, Any] = {"model": check_model(model), "input": [{"role": "user", "content": prompt}]}
+        if s.system is not None:
+            body["instructions"] = s.system
+        if s.max_output_tokens is not None:
+            body["max_output_tokens"] = s.max_output_tokens
+        if s.temperature is not None:
+            body["temperature"] = s.temperature
+        if s.top_p is not None:
+            body["top_p"] = s.top_p
+        if s.reasoning_effort is not None:
+            if s.reasoning_effort not in self.REASONING_EFFORTS:
+                efforts = ", ".join(self.REASONING_EFFORTS)
+                raise refuse_unsupported(self.API_SHAPE, "reasoning_effort", f"one of {efforts}")
+            body["reasoning"] = {"effort": s.reasoning_effort}
+        url = f"{url_base(base_url)}/responses"
+        return make_request(self.API_SHAPE, model, url, body, (), "Authorization", "Bearer ")
+
+    def is_error(self, body: Any, obj: Mapping[str, Any]) -> bool:
+        """An `error` object without `output`, or with `status` failed."""
+        del body
+        return obj.get("error") is not None and ("output" not in obj or obj.get("status") == "failed")
+
+    def parse_body(self, body: Mapping[str, Any], request_id: str | None, model: str | None) -> ParsedResponse:
+        """The output messages' text; `status` (or why it is incomplete) as the finish reason."""
+        state = body.get("status")
+        output = body.get("output")
+        usage = self.parse_usage(body)
+        text, refusal, readable = _read_output(output) if isinstance(output, list) else (None, None, False)
+        details = body.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, Mapping) else None
+        finish = reason if state == "incomplete" and isinstance(reason, str) else state
+        if not readable or not (finish is None or isinstance(finish, str)):
+            return failure(
+                "malformed_response",
+                "response has no readable output list or status",
+                request_id=request_id,
+                model_snapshot=model,
+                usage=usage,
+            )
+        if state == "failed":
+            return failure("server_error", "status failed without an error object", request_id=request_id, usage=usage)
+        if refusal is not None:
+            filtered: str | None = f"refusal: {refusal}"
+        else:
+            filtered = "incomplete: content_filter" if finish == "content_filter" else None
+        return answer(text, finish, model, request_id, usage, filtered=filtered)
+
+    def parse_usage(self, body: Any) -> TokenUsage | None:
+        """`usage`: input tokens (cached among them) and output tokens (reasoning among them)."""
+        usage = u.get(body, "usage")
+        return u.split(
+            u.count(u.get(usage, "input_tokens")),
+            u.optional(usage, "input_tokens_details", "cached_tokens"),
+            u.count(u.get(usage, "output_tokens")),
+            u.optional(usage, "output_tokens_details", "reasoning_tokens"),
         )
-    if why is not None:
-        return failure("malformed_response", why, request_id=request_id)
-    if not isinstance(body, Mapping):
-        return failure("malformed_response", "response body is not a JSON object", request_id=request_id)
-    output = body.get("output")
-    usage = parse_usage(body)
-    text, refusal, readable = _read_output(output) if isinstance(output, list) else (None, None, False)
-    details = body.get("incomplete_details")
-    reason = details.get("reason") if isinstance(details, Mapping) else None
-    finish = reason if state == "incomplete" and isinstance(reason, str) else state
-    if not readable or not (finish is None or isinstance(finish, str)):
-        return failure(
-            "malformed_response",
-            "response has no readable output list or status",
-            request_id=request_id,
-            model_snapshot=model,
-            usage=usage,
-        )
-    if state == "failed":
-        return failure("server_error", "status failed without an error object", request_id=request_id, usage=usage)
-    if finish == "content_filter" or refusal is not None:
-        return failure(
-            "content_filter",
-            f"refusal: {refusal}" if refusal is not None else "incomplete: content_filter",
-            text=text,
-            finish_reason=finish,
-            model_snapshot=model,
-            request_id=request_id,
-            usage=usage,
-        )
-    return ParsedResponse(text=text, finish_reason=finish, model_snapshot=model, request_id=request_id, usage=usage)
 
+    def describe(self, doc: Mapping[str, Any]) -> Described:
+        """Usage, finish reason (`incomplete_details.reason`, else `status`), model snapshot and request id."""
+        details = doc.get("incomplete_details")
+        if isinstance(details, dict) and isinstance(details.get("reason"), str):
+            finish: str | None = str(details["reason"])
+        else:
+            finish = str_or_none(doc.get("status"))
+        return Described(self.parse_usage(doc), finish, str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
 
-# ---- metering: what the wire log reads from an exchange of this shape
-
-FREE_PATH_SUFFIXES: Final[tuple[str, ...]] = ()
-
-
-def parse_usage(body: Any) -> TokenUsage | None:
-    """The usage in a decoded response body, or None when unknown."""
-    usage = u.get(body, "usage")
-    return u.split(
-        u.count(u.get(usage, "input_tokens")),
-        u.optional(usage, "input_tokens_details", "cached_tokens"),
-        u.count(u.get(usage, "output_tokens")),
-        u.optional(usage, "output_tokens_details", "reasoning_tokens"),
-    )
-
-
-def classify_error(status: int, body: Any) -> tuple[str, str]:
-    """The stable error code and a short message for an error response (`harness.providers.errors`)."""
-    return classify(status, body)
-
-
-def describe(doc: Mapping[str, Any]) -> Described:
-    """Usage, finish reason (`incomplete_details.reason`, else `status`), model snapshot and request id."""
-    details = doc.get("incomplete_details")
-    if isinstance(details, dict) and isinstance(details.get("reason"), str):
-        finish: str | None = str(details["reason"])
-    else:
-        finish = str_or_none(doc.get("status"))
-    return Described(parse_usage(doc), finish, str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
-
-
-def describe_stream(docs: list[dict[str, Any]]) -> Described:
-    """A stream's events: each event's `response` object; usage from the last one carrying it."""
-    return fold_stream(docs, describe, usage_key="usage", body_of=lambda doc: doc.get("response"))
-
-
-def serves_path(path: str) -> bool:
-    """Whether a request path (no query, no trailing slash) is this shape's endpoint."""
-    return path.endswith("/responses")
-
-
-def request_streams(url: str, body: bytes) -> bool:
-    """True when the request asks for a streamed response."""
-    del url
-    return body_asks_stream(body)
-
-
-def model_from_path(path: str) -> str | None:
-    """The model a request path names: none (it is in the body)."""
-    del path
-    return None
+    def describe_stream(self, docs: list[dict[str, Any]]) -> Described:
+        """A stream's events: each event's `response` object; usage from the last one carrying it."""
+        return fold_stream(docs, self.describe, usage_key="usage", body_of=lambda doc: doc.get("response"))

@@ -1,24 +1,25 @@
-"""The one list of API shapes: `adapter_for(shape)` is how everything else finds an adapter.
+"""The one list of API shapes: `adapter_for(shape)` is how everything else finds a shape's `Provider`.
 
 The manual: docs/models.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from harness.errors import Code, ProviderRefusal
-from harness.providers import anthropic_messages, gemini_generate, openai_chat, openai_responses
-from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
+from harness.providers.anthropic_messages import AnthropicMessages
+from harness.providers.gemini_generate import GeminiGenerate
+from harness.providers.openai_chat import OpenAIChat
+from harness.providers.openai_responses import OpenAIResponses
+from harness.providers.provider import Provider
 from harness.providers.streams import body_asks_stream, json_object
 from harness.records.usage import TokenUsage
 
 __all__ = [
     "ADAPTERS",
     "API_SHAPES",
-    "Adapter",
     "adapter_for",
     "api_shapes",
     "classify_error",
@@ -32,69 +33,20 @@ __all__ = [
 ]
 
 
-class Adapter(Protocol):
-    """What every adapter module provides."""
-
-    @property
-    def API_SHAPE(self) -> str:
-        """The API shape this adapter speaks, e.g. `openai_chat`."""
-        ...
-
-    def build_request(self, model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
-        """The exact request (body bytes and their sha256) for one user message."""
-        ...
-
-    def parse_response(self, status: int, headers: Mapping[str, str], raw: bytes) -> ParsedResponse:
-        """What a raw response says, or its stable `error_code`; never raises."""
-        ...
-
-    def classify_error(self, status: int, body: Any) -> tuple[str, str]:
-        """(stable error code, short message) for an error response."""
-        ...
-
-    def parse_usage(self, body: Any) -> TokenUsage | None:
-        """The usage in a decoded response body, or None when unknown."""
-        ...
-
-    def describe(self, doc: Mapping[str, Any]) -> Described:
-        """What a decoded (non-streamed) response body says about itself."""
-        ...
-
-    def describe_stream(self, docs: list[dict[str, Any]]) -> Described:
-        """What a stream's decoded events say, usage only when the stream reports it."""
-        ...
-
-    def serves_path(self, path: str) -> bool:
-        """Whether a request path (no query, no trailing slash) is this shape's endpoint."""
-        ...
-
-    def request_streams(self, url: str, body: bytes) -> bool:
-        """Whether the request asks for a streamed response."""
-        ...
-
-    def model_from_path(self, path: str) -> str | None:
-        """The model the URL path names, if this shape puts it there."""
-        ...
-
-    @property
-    def FREE_PATH_SUFFIXES(self) -> tuple[str, ...]:
-        """Endpoints of this provider that are never billed (token counting), by path suffix."""
-        ...
+ADAPTERS: Final[dict[str, Provider]] = {}
+"""Each registered shape's `Provider` instance, by `API_SHAPE`."""
 
 
-ADAPTERS: Final[dict[str, Adapter]] = {}
+def register(provider: Provider) -> Provider:
+    """Add a provider under its `API_SHAPE` (a shape is registered once)."""
+    if provider.API_SHAPE in ADAPTERS or provider.API_SHAPE == "unknown":
+        raise ValueError(f"API shape {provider.API_SHAPE!r} is already taken")
+    ADAPTERS[provider.API_SHAPE] = provider
+    return provider
 
 
-def register(adapter: Adapter) -> Adapter:
-    """Add an adapter under its `API_SHAPE` (a shape is registered once)."""
-    if adapter.API_SHAPE in ADAPTERS or adapter.API_SHAPE == "unknown":
-        raise ValueError(f"API shape {adapter.API_SHAPE!r} is already taken")
-    ADAPTERS[adapter.API_SHAPE] = adapter
-    return adapter
-
-
-for _module in (openai_chat, openai_responses, anthropic_messages, gemini_generate):
-    register(_module)
+for _provider in (OpenAIChat(), OpenAIResponses(), AnthropicMessages(), GeminiGenerate()):
+    register(_provider)
 
 API_SHAPES: Final = tuple(ADAPTERS)
 """The built-in shapes, in registration order (`api_shapes()` includes any registered later)."""
@@ -105,13 +57,13 @@ def api_shapes() -> tuple[str, ...]:
     return tuple(ADAPTERS)
 
 
-def find_adapter(api_shape: str) -> Adapter | None:
-    """The adapter for `api_shape`, or None (e.g. for the wire log's "unknown")."""
+def find_adapter(api_shape: str) -> Provider | None:
+    """The `Provider` for `api_shape`, or None (e.g. for the wire log's "unknown")."""
     return ADAPTERS.get(api_shape) if isinstance(api_shape, str) else None
 
 
-def adapter_for(api_shape: str) -> Adapter:
-    """The adapter for `api_shape`, or the refusal `unknown_api_shape` naming the known ones."""
+def adapter_for(api_shape: str) -> Provider:
+    """The `Provider` for `api_shape`, or the refusal `unknown_api_shape` naming the known ones."""
     found = find_adapter(api_shape)
     if found is None:
         known = ", ".join(sorted(ADAPTERS))

@@ -14,7 +14,7 @@ about a minute.
 
 Clients:
 
-- `proctor`: proctor's dispatch path, `openai_chat.build_request` (canonical
+- `proctor`: proctor's dispatch path, `OpenAIChat().build_request` (canonical
   bytes, sha256) + `Transport.asend` (exact bytes out, response hashed,
   scrubbed and parsed, usage read).
 - `proctor + wire log`: the same plus `WireLog.append_exchange` to a temp
@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 
 from harness.meter.wire import WireLog
-from harness.providers import openai_chat
 from harness.providers.base import GenerationSettings
+from harness.providers.openai_chat import OpenAIChat
 from harness.providers.transport import Transport
 
 pytestmark = pytest.mark.bench
@@ -174,10 +174,11 @@ async def _raw(sim: Sim, concurrency: int, folder: Path) -> Level:
 async def _proctor(sim: Sim, concurrency: int, folder: Path, *, wire: bool) -> Level:
     """proctor's path: build_request + Transport.asend, and with `wire` a wire-log line per exchange."""
     log = WireLog(folder / f"wire-{concurrency}.jsonl", "bench") if wire else None
+    chat = OpenAIChat()
     async with Transport(timeout_s=60, max_connections=concurrency) as transport:
 
         async def send() -> bool:
-            request = openai_chat.build_request(MODEL, PROMPT, GenerationSettings(), sim.url)
+            request = chat.build_request(MODEL, PROMPT, GenerationSettings(), sim.url)
             exchange = await transport.asend(request, CREDENTIAL)
             if log is not None:
                 log.append_exchange(exchange)

@@ -1,11 +1,10 @@
-"""Adding an API shape is one module plus its registration: the meter, the wire log, the proxy,
+"""Adding an API shape is one `Provider` subclass plus its registration: the meter, the wire log, the proxy,
 the transport and the catalog learn it from the registry alone, and name no shape themselves."""
 
 from __future__ import annotations
 
 import ast
 import json
-import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,8 @@ from harness.meter.wire import WireLog, meter_wire, read_wire
 from harness.providers import registry
 from harness.providers.base import Described, GenerationSettings, ParsedResponse, ProviderRequest
 from harness.providers.catalog import parse_catalog
-from harness.providers.common import decode_json, failure, make_request, str_or_none, url_base
-from harness.providers.errors import classify_error, error_response
-from harness.providers.streams import body_asks_stream, fold_stream
+from harness.providers.common import make_request, str_or_none, url_base
+from harness.providers.provider import Provider
 from harness.providers.transport import Transport
 from harness.records.usage import TokenUsage
 from tests.support.provider_server import ProviderServer
@@ -38,52 +36,34 @@ HARNESS = Path(harness.__file__).resolve().parent
 ADAPTER_MODULES = {f"{shape}.py" for shape in registry.API_SHAPES}
 
 
-# ---- a whole adapter for a made-up shape, as one module would write it
+# ---- a whole provider for a made-up shape: subclass Provider, override what differs, register it
 
 
-def _parse_usage(body: Any) -> TokenUsage | None:
-    tokens = body.get("tokens") if isinstance(body, Mapping) else None
-    if not isinstance(tokens, Mapping) or not all(isinstance(tokens.get(k), int) for k in ("in", "out")):
-        return None
-    return TokenUsage(input=tokens["in"], output=tokens["out"])
+class EchoLines(Provider):
+    API_SHAPE = "echo_lines"
+    PATH_SUFFIXES = ("/echo",)
+    FREE_PATH_SUFFIXES = ("/echo/count",)
+    USAGE_KEY = "tokens"
+
+    def build_request(self, model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
+        del settings
+        body = {"model": model, "prompt": prompt}
+        return make_request(self.API_SHAPE, model, f"{url_base(base_url)}/echo", body, (), "x-echo-key")
+
+    def parse_body(self, body: Mapping[str, Any], request_id: str | None, model: str | None) -> ParsedResponse:
+        return ParsedResponse(str_or_none(body.get("text")), str_or_none(body.get("done")), model, request_id, self.parse_usage(body))
+
+    def parse_usage(self, body: Any) -> TokenUsage | None:
+        tokens = body.get("tokens") if isinstance(body, Mapping) else None
+        if not isinstance(tokens, Mapping) or not all(isinstance(tokens.get(k), int) for k in ("in", "out")):
+            return None
+        return TokenUsage(input=tokens["in"], output=tokens["out"])
+
+    def describe(self, doc: Mapping[str, Any]) -> Described:
+        return Described(self.parse_usage(doc), str_or_none(doc.get("done")), str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
 
 
-def _classify(status: int, body: Any) -> tuple[str, str]:
-    return classify_error(status, body)
-
-
-def _build(model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
-    del settings
-    return make_request("echo_lines", model, f"{url_base(base_url)}/echo", {"model": model, "prompt": prompt}, (), "x-echo-key")
-
-
-def _parse(status: int, headers: Mapping[str, str], raw: bytes) -> ParsedResponse:
-    del headers
-    body, why = decode_json(raw)
-    if not 200 <= status < 300:
-        return error_response(status, raw if why else body, classify=_classify, usage_of=_parse_usage)
-    if why is not None or not isinstance(body, Mapping):
-        return failure("malformed_response", why or "not an object")
-    return ParsedResponse(str_or_none(body.get("text")), str_or_none(body.get("done")), None, str_or_none(body.get("id")), _parse_usage(body))
-
-
-def _describe(doc: Mapping[str, Any]) -> Described:
-    return Described(_parse_usage(doc), str_or_none(doc.get("done")), str_or_none(doc.get("model")), str_or_none(doc.get("id")), True)
-
-
-ECHO = types.SimpleNamespace(
-    API_SHAPE="echo_lines",
-    FREE_PATH_SUFFIXES=("/echo/count",),
-    build_request=_build,
-    parse_response=_parse,
-    classify_error=_classify,
-    parse_usage=_parse_usage,
-    describe=_describe,
-    describe_stream=lambda docs: fold_stream(docs, _describe, usage_key="tokens"),
-    serves_path=lambda path: path.endswith("/echo"),
-    request_streams=lambda url, body: body_asks_stream(body),
-    model_from_path=lambda path: None,
-)
+ECHO = EchoLines()
 
 REPLY = {"id": "e-1", "model": "echo-1", "text": "hello", "done": "stop", "tokens": {"in": 1000, "out": 250}}
 PRICING = PricingTable({"echo-1": Price("echo-1", 1.0, 2.0)}, "0" * 64)
@@ -91,7 +71,7 @@ PRICING = PricingTable({"echo-1": Price("echo-1", 1.0, 2.0)}, "0" * 64)
 
 @pytest.fixture
 def echo() -> Iterator[None]:
-    registry.register(ECHO)  # type: ignore[arg-type]
+    registry.register(ECHO)
     try:
         yield
     finally:

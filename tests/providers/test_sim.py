@@ -533,7 +533,7 @@ def test_new_kinds_leave_the_old_draws_unchanged() -> None:
     ("auth", 401, "auth"), ("quota", 429, "quota"), ("malformed", 200, "malformed_response"),
 ])
 def test_planted_operator_and_malformed_replies_classify(kind: str, status: int, code: str) -> None:
-    from harness.providers.openai_chat import parse_response
+    from harness.providers.openai_chat import OpenAIChat
 
     service = SimService({"s": system(1.0, failures=Failures(**{kind: 1.0}))}, [ITEM])
     body = json.dumps({"model": "s", "messages": [{"role": "user", "content": "question 7"}]}).encode()
@@ -546,7 +546,7 @@ def test_planted_operator_and_malformed_replies_classify(kind: str, status: int,
         assert (reply.payload["error"]["type"], reply.payload["error"]["code"]) == ("insufficient_quota",) * 2
     else:
         assert "choices" not in reply.payload and reply.payload["object"] == "chat.completion"
-    parsed = parse_response(reply.status, dict(reply.headers), json.dumps(reply.payload).encode())
+    parsed = OpenAIChat().parse_response(reply.status, dict(reply.headers), json.dumps(reply.payload).encode())
     assert parsed.error_code == code, parsed
 
 
