@@ -21,9 +21,8 @@ from harness.records.plan import Plan, PlanCell
 from harness.records.plan import read_plan as _read_plan
 from harness.records.usage import TokenUsage
 
-__all__ = ["PlanRequest", "attempt_from_exchange", "error_attempt", "read_plan"]
+__all__ = ["attempt_from_exchange", "error_attempt", "read_plan"]
 
-PlanRequest = PlanCell
 """A plan line as read back (the same type as planned; `line` says where it was read)."""
 PathArg = str | os.PathLike[str]
 
@@ -34,7 +33,7 @@ def read_plan(path: PathArg) -> Plan:
 
 
 def _record(
-    request: PlanRequest,
+    request: PlanCell,
     attempt_no: int,
     *,
     started: float,
@@ -67,7 +66,7 @@ def _record(
 
 
 def attempt_from_exchange(
-    plan_request: PlanRequest, attempt_no: int, exchange: Exchange, cost: Cost
+    plan_request: PlanCell, attempt_no: int, exchange: Exchange, cost: Cost
 ) -> dict[str, Any]:
     """The record of one exchange: delivered when the adapter parsed it as usable, else an error.
 
@@ -107,7 +106,7 @@ def attempt_from_exchange(
 
 
 def error_attempt(
-    plan_request: PlanRequest,
+    plan_request: PlanCell,
     attempt_no: int,
     *,
     error_code: str,
