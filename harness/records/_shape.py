@@ -1,27 +1,37 @@
-"""Field checks shared by every record: a declared shape (JSON name -> what it must be) and strict reads.
+"""A record's shape (JSON name -> what it must be), derived from its frozen dataclass, and strict reads.
 
-A record module declares its fields once as a `Shape`; `shape_error` says what is
-wrong with an object (the oracle's "malformed record" messages), and `Fields` reads
-typed values, refusing with the caller's code and the line.
+Every record declares each field once, as a dataclass field: `shape_of` turns the
+annotations into `Field`s (str, int, float, bool, `X | None`, tuples, dicts, nested
+dataclasses); `Annotated[T, Field(...)]` states a check the type cannot (a value set,
+a message of its own) and `Annotated[T, Key("class")]` a JSON name that is not the
+attribute's. `shape_error` says what is wrong with an object (the oracle's messages),
+`read`/`build`/`write` go between JSON and the dataclass, and `Fields` reads typed
+values refusing with the caller's code and the line.
 
 The manual: docs/records.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from harness.errors import Code, Refusal
 
 __all__ = [
     "BOOL", "CHAIN_KEYS", "COST", "INT", "LIST", "NUM", "OPT_BOOL", "OPT_STR", "STR",
-    "Field", "Fields", "Shape", "each", "is_int", "is_num", "kind_is", "object_of", "one_of",
-    "refusal", "shape_error", "values_of",
+    "Field", "Fields", "Key", "Shape", "build", "is_int", "is_num", "keys_of", "kind_is", "one_of",
+    "optional_keys", "read", "refusal", "shape_error", "shape_of", "values_of", "write",
 ]
+
+T = TypeVar("T")
 
 CHAIN_KEYS: Final = frozenset({"prev", "seed"})
 """The keys a chained log adds to every record (never a record's own field)."""
@@ -78,15 +88,6 @@ def shape_error(rec: Any, shape: Shape) -> str | None:
     return None
 
 
-def each(shape: Shape, what: str) -> Field:
-    """A list of objects of `shape`."""
-    return Field(what, lambda v: isinstance(v, list) and all(shape_error(x, shape) is None for x in v))
-
-
-def object_of(shape: Shape, what: str) -> Field:
-    return Field(what, lambda v: shape_error(v, shape) is None)
-
-
 def values_of(shape: Shape | Field, what: str) -> Field:
     """An object whose every value is of `shape` (an object shape, or one field)."""
     def ok(v: Any) -> bool:
@@ -97,6 +98,161 @@ def values_of(shape: Shape | Field, what: str) -> Field:
         return all(shape_error(x, shape) is None for x in v.values())
 
     return Field(what, ok)
+
+
+@dataclass(frozen=True)
+class Key:
+    """A field's JSON name when it is not the attribute's: `cls: Annotated[str, Key("class")]`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class _Spec:
+    attr: str
+    key: str
+    hint: Any
+    field: Field
+    optional: bool
+
+
+def _specs(cls: type) -> tuple[_Spec, ...]:
+    """Each field of the dataclass `cls`: its attribute, JSON name, type, check, and whether it has a default."""
+    return _specs_of(cls)
+
+
+@functools.cache
+def _specs_of(cls: Any) -> tuple[_Spec, ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint, extras = hints[f.name], []
+        if typing.get_origin(hint) is typing.Annotated:
+            hint, *extras = typing.get_args(hint)
+        stated = next((x for x in extras if isinstance(x, Field)), None)
+        key = next((x.name for x in extras if isinstance(x, Key)), f.name)
+        optional = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        out.append(_Spec(f.name, key, hint, stated or _field(hint), optional))
+    return tuple(out)
+
+
+def _non_null(hint: Any) -> Any:
+    """`X` for `X | None` (the first type that is not None), else `hint`."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _nested(hint: Any) -> bool:
+    """Whether `hint` is a dataclass (a nested record, read and written as an object)."""
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+
+
+def _braces(shape: Shape) -> str:
+    return "{" + ", ".join(shape) + "}"
+
+
+def _field(hint: Any) -> Field:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        inner = _field(_non_null(hint))
+        return Field(f"{inner.what} or null", lambda v: v is None or inner.ok(v))
+    if _nested(hint):
+        shape = shape_of(hint)
+        return Field(_braces(shape), lambda v: shape_error(v, shape) is None)
+    if origin is tuple and _nested(args[0]):
+        each = shape_of(args[0])
+        return Field(f"a list of {_braces(each)}",
+                     lambda v: isinstance(v, list) and all(shape_error(x, each) is None for x in v))
+    if origin is tuple:
+        item = _field(args[0])
+        return Field(f"a list, each {item.what}", lambda v: isinstance(v, list) and all(item.ok(x) for x in v))
+    if origin is list or hint is list:
+        return LIST
+    if origin is dict or hint is dict:
+        return Field("an object", lambda v: isinstance(v, dict))
+    simple = {str: STR, int: INT, float: NUM, bool: BOOL}
+    if hint in simple:
+        return simple[hint]
+    raise TypeError(f"no JSON field for {hint!r}")
+
+
+def shape_of(cls: type) -> Shape:
+    """JSON name -> Field for every field of the dataclass `cls`, in declaration order."""
+    return {s.key: s.field for s in _specs(cls)}
+
+
+def keys_of(cls: type) -> dict[str, str]:
+    """Attribute -> JSON name for every field of the dataclass `cls`."""
+    return {s.attr: s.key for s in _specs(cls)}
+
+
+def optional_keys(cls: type) -> frozenset[str]:
+    """The JSON names of the fields of `cls` that have a default (a key that may be absent)."""
+    return frozenset(s.key for s in _specs(cls) if s.optional)
+
+
+def _value(hint: Any, value: Any) -> Any:
+    hint = _non_null(hint)
+    if value is None:
+        return None
+    if _nested(hint):
+        return build(hint, value)
+    if typing.get_origin(hint) is tuple:
+        item = typing.get_args(hint)[0]
+        return tuple(build(item, x) if _nested(item) else x for x in value)
+    return value
+
+
+def build(cls: type[T], obj: Mapping[str, Any]) -> T:
+    """`cls` from a JSON object already checked against its shape: lists as tuples, nested dataclasses
+    built; an absent key takes the field's default, or None."""
+    values = {}
+    for s in _specs(cls):
+        if s.key not in obj and s.optional:
+            continue
+        values[s.attr] = _value(s.hint, obj.get(s.key))
+    return cls(**values)
+
+
+def read(
+    cls: type[T],
+    obj: Mapping[str, Any],
+    *,
+    code: Code,
+    path: str | None,
+    line: int | None = None,
+    optional: frozenset[str] = frozenset(),
+    ignore: frozenset[str] = CHAIN_KEYS,
+) -> T:
+    """Build `cls` from `obj` strictly: exact keys, each of its type; an absent `optional` key is the
+    field's default, or None."""
+    shape = shape_of(cls)
+    checked = Fields(obj, line, path, code)
+    checked.keys(frozenset(shape) - optional, ignore=ignore | (optional & set(obj)))
+    checked.shape({k: f for k, f in shape.items() if k in obj})
+    return build(cls, obj)
+
+
+def _json(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return write(value)
+    if isinstance(value, list | tuple):
+        return [_json(x) for x in value]
+    if isinstance(value, Mapping):
+        return {k: _json(v) for k, v in value.items()}
+    return value
+
+
+def write(record: Any, omit_none: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The dataclass's fields as JSON in declaration order, by JSON name (`omit_none` left out when None)."""
+    out: dict[str, Any] = {}
+    for s in _specs(type(record)):
+        value = getattr(record, s.attr)
+        if value is None and s.attr in omit_none:
+            continue
+        out[s.key] = _json(value)
+    return out
 
 
 def refusal(code: Code, message: str, path: str | None, line: int | None) -> Refusal:

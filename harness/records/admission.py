@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from harness.errors import Code
-from harness.records._shape import BOOL, INT, NUM, STR, Fields, Shape, kind_is, object_of, one_of
+from harness.records._shape import Fields, Shape, build, kind_is, one_of, shape_of, write
 
 __all__ = ["ADMISSION_FIELDS", "ADMISSION_KIND", "DECISIONS", "Admission", "CeilingState"]
 
@@ -29,13 +29,14 @@ class CeilingState:
     crossed: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"total_usd": self.total_usd, "ceiling_usd": self.ceiling_usd, "crossed": self.crossed}
+        return write(self)
 
 
 @dataclass(frozen=True)
 class Admission:
     """One `admission.v1` line."""
 
+    at: float
     system: str
     item: str
     lane: int
@@ -46,30 +47,18 @@ class Admission:
     cap_usd: float
     refused_before: bool
     ceiling: CeilingState
-    decision: str
+    decision: Annotated[str, one_of(*DECISIONS)]
     reason: str
-    at: float
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": ADMISSION_KIND}
-        out.update({k: getattr(self, k) for k in ADMISSION_FIELDS if k != "kind"})
-        out["ceiling"] = self.ceiling.to_json()
-        return out
+        return {"kind": ADMISSION_KIND, **write(self)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> Admission:
         """An admission read strictly (`run_log_invalid`): its kind and every field with its type."""
-        values = Fields(obj, line, path, code=Code.RUN_LOG_INVALID).values(ADMISSION_FIELDS)
-        values["ceiling"] = CeilingState(**{k: obj["ceiling"][k] for k in _CEILING})
-        return cls(**values)
+        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(ADMISSION_FIELDS)
+        return build(cls, obj)
 
 
-_CEILING: Shape = {"total_usd": NUM, "ceiling_usd": NUM, "crossed": BOOL}
-ADMISSION_FIELDS: Shape = {
-    "kind": kind_is(ADMISSION_KIND),
-    "at": NUM, "system": STR, "item": STR, "lane": INT, "finished_usd": NUM,
-    "reserve_usd": NUM, "under_way": INT, "projected_usd": NUM, "cap_usd": NUM, "refused_before": BOOL,
-    "ceiling": object_of(_CEILING, "{total_usd, ceiling_usd, crossed}"),
-    "decision": one_of(*DECISIONS), "reason": STR,
-}
-"""Every field of an admission (JSON names, `kind` included) and what it must be."""
+ADMISSION_FIELDS: Final[Shape] = {"kind": kind_is(ADMISSION_KIND), **shape_of(Admission)}
+"""Every field of an admission (JSON names, `kind` included) and what it must be, from `Admission`."""

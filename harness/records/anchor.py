@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from harness.errors import Code
-from harness.records._shape import INT, NUM, OPT_STR, STR, Fields, Shape, kind_is, values_of
+from harness.records._shape import (
+    INT,
+    OPT_STR,
+    Fields,
+    Shape,
+    build,
+    kind_is,
+    shape_of,
+    values_of,
+    write,
+)
 
 __all__ = ["ANCHOR_FIELDS", "ANCHOR_KIND", "Anchor"]
 
@@ -24,23 +34,19 @@ class Anchor:
 
     at: float
     reason: str
-    logs: Mapping[str, Mapping[str, Any]]
-    manifests: Mapping[str, str | None]
+    logs: Annotated[Mapping[str, Mapping[str, Any]],
+                    values_of({"lines": INT, "head": OPT_STR}, "an object of {lines, head}")]
+    manifests: Annotated[Mapping[str, str | None], values_of(OPT_STR, "an object of sha256 strings or null")]
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": ANCHOR_KIND, "at": self.at, "reason": self.reason,
-                "logs": {k: dict(v) for k, v in self.logs.items()}, "manifests": dict(self.manifests)}
+        return {"kind": ANCHOR_KIND, **write(self)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> Anchor:
         """An anchor read strictly (`run_log_invalid`): its kind and every field with its type."""
         Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(ANCHOR_FIELDS)
-        return cls(float(obj["at"]), obj["reason"], obj["logs"], obj["manifests"])
+        return build(cls, {**obj, "at": float(obj["at"])})
 
 
-ANCHOR_FIELDS: Shape = {
-    "kind": kind_is(ANCHOR_KIND), "at": NUM, "reason": STR,
-    "logs": values_of({"lines": INT, "head": OPT_STR}, "an object of {lines, head}"),
-    "manifests": values_of(OPT_STR, "an object of sha256 strings or null"),
-}
-"""Every field of an anchor (JSON names, `kind` included) and what it must be."""
+ANCHOR_FIELDS: Final[Shape] = {"kind": kind_is(ANCHOR_KIND), **shape_of(Anchor)}
+"""Every field of an anchor (JSON names, `kind` included) and what it must be, from `Anchor`."""

@@ -8,21 +8,20 @@ first, with its archived byte copy. See docs/records.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
 
 from harness.errors import Code
 from harness.records._shape import (
-    CHAIN_KEYS,
-    INT,
     LIST,
-    NUM,
     OPT_BOOL,
-    OPT_STR,
-    STR,
     Fields,
+    Key,
     Shape,
+    build,
     shape_error,
+    shape_of,
+    write,
 )
 
 __all__ = ["ACTIONS", "CLASSES", "FINAL_FIELDS", "FINAL_KIND", "REPLACED_FIELDS", "Replaced", "RunFinal"]
@@ -42,40 +41,36 @@ class Replaced:
     attempt_sha256: str
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-REPLACED_FIELDS: Shape = {"rerun": INT, "archive": STR, "sha256": STR, "attempt_sha256": STR}
+        return write(self)
 
 
 @dataclass(frozen=True)
 class RunFinal:
-    """One `run-final.v1` line. `cls` is written as `class`; `passed`, `receipt*` only when delivered."""
+    """One `run-final.v1` line. `cls` is written as `class`; `passed`, `receipt*` only when delivered.
 
+    `replaced` is checked as a list here, each entry against `Replaced` by `from_json` (the oracle
+    checks the list only)."""
+
+    at: float
     run_id: str
     system: str
     item: str
     arm: str
     repeat: int
     rerun: int
-    cls: str
+    cls: Annotated[str, Key("class")]
     action: str
     error_code: str | None
     attempt: int
     attempt_line: int
     attempt_sha256: str
-    passed: bool | None
+    passed: Annotated[bool | None, OPT_BOOL]
     receipt: str | None
     receipt_sha256: str | None
-    replaced: tuple[Replaced, ...]
-    at: float
+    replaced: Annotated[tuple[Replaced, ...], LIST]
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": FINAL_KIND}
-        for f in fields(self):
-            out[_json_name(f.name)] = getattr(self, f.name)
-        out["replaced"] = [r.to_json() for r in self.replaced]
-        return out
+        return {"kind": FINAL_KIND, **write(self)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> RunFinal:
@@ -88,24 +83,9 @@ class RunFinal:
             bad = shape_error(entry, REPLACED_FIELDS)
             if bad is not None:
                 raise f.bad(f"replaced: {bad}")
-        values = {_attr_name(k): v for k, v in obj.items() if k not in CHAIN_KEYS and k != "kind"}
-        values["replaced"] = tuple(Replaced(**{k: e[k] for k in REPLACED_FIELDS}) for e in obj["replaced"])
-        return cls(**{k: values[k] for k in _ATTRS})
+        return build(cls, obj)
 
 
-def _json_name(attr: str) -> str:
-    return "class" if attr == "cls" else attr
-
-
-def _attr_name(key: str) -> str:
-    return "cls" if key == "class" else key
-
-
-FINAL_FIELDS: Shape = {
-    "at": NUM, "run_id": STR, "system": STR, "item": STR, "arm": STR, "repeat": INT,
-    "rerun": INT, "class": STR, "action": STR, "error_code": OPT_STR, "attempt": INT, "attempt_line": INT,
-    "attempt_sha256": STR, "passed": OPT_BOOL, "receipt": OPT_STR, "receipt_sha256": OPT_STR, "replaced": LIST,
-}
-"""Every field of a final (JSON names) and what it must be: the one declaration readers check."""
-_ATTRS: Final = tuple(f.name for f in fields(RunFinal))
-assert {_json_name(a) for a in _ATTRS} == set(FINAL_FIELDS), "RunFinal and FINAL_FIELDS must name the same fields"
+FINAL_FIELDS: Final[Shape] = shape_of(RunFinal)
+"""Every field of a final (JSON names) and what it must be, from `RunFinal`: what every reader checks."""
+REPLACED_FIELDS: Final[Shape] = shape_of(Replaced)

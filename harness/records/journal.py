@@ -5,13 +5,11 @@ The manual: docs/records.md.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Annotated, Any, ClassVar, Final
 
 from harness.errors import Code, LogRefusal
-from harness.records._derive import read, write
-from harness.records._shape import CHAIN_KEYS
+from harness.records._shape import CHAIN_KEYS, Key, keys_of, optional_keys, read, write
 
 __all__ = [
     "EVENT_TYPES",
@@ -46,7 +44,7 @@ class JournalEvent:
 
     def fields(self) -> dict[str, Any]:
         """The event's own fields in declaration order, tuples as lists; a `SPREAD` field's keys last."""
-        out = write(self, _RENAME, self.OPTIONAL)
+        out = write(self, self.OPTIONAL)
         if self.SPREAD is None:
             return out
         name = self.SPREAD[0]
@@ -54,7 +52,6 @@ class JournalEvent:
         return {**out, **(getattr(self, name) or {})}
 
 
-_RENAME: Final = {"from_lane": "from", "to_lane": "to"}
 _MODEL_KEYS: Final = ("model", "api_model", "provider", "api_shape", "pricing_key", "model_choice", "catalog",
                       "upstream", "metering", "worker_network", "wire_log", "wire_name")  # fmt: skip
 _PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s", "process_tracking")
@@ -116,8 +113,8 @@ class DispatchEnd(JournalEvent):
 @dataclass(frozen=True)
 class LaneSwitch(JournalEvent):
     KIND: ClassVar[str] = "lane_switch"
-    from_lane: str
-    to_lane: str
+    from_lane: Annotated[str, Key("from")]
+    to_lane: Annotated[str, Key("to")]
     reason: str
     fingerprint: str | None
     stagnant_count: int
@@ -228,6 +225,6 @@ def event_from_json(line: object, path: str | None = None) -> JournalEvent:
         name, keys = cls.SPREAD
         spread = {k: body.pop(k) for k in keys if k in body}
         body[name] = spread or None
-    defaulted = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
-    optional = frozenset(_RENAME.get(n, n) for n in cls.LEGACY | cls.OPTIONAL | defaulted)
-    return read(cls, body, code=Code.LOG_RECORD_INVALID, path=path, optional=optional, rename=_RENAME)
+    json_name = keys_of(cls)
+    optional = frozenset(json_name[n] for n in cls.LEGACY | cls.OPTIONAL) | optional_keys(cls)
+    return read(cls, body, code=Code.LOG_RECORD_INVALID, path=path, optional=optional)

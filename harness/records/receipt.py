@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from harness.errors import Code
-from harness.records._derive import read, write
-from harness.records._shape import Fields, kind_is
+from harness.records._shape import Fields, kind_is, read, write
 
 __all__ = ["ITEM_RECEIPT_SCHEMA", "RECEIPT_SCHEMA", "ItemReceipt", "Receipt"]
 

@@ -1,7 +1,8 @@
 """The run log's events (`run-event.v1`, run.jsonl): every event's name and fields, declared once.
 
-Each line has `event` and `at` plus the fields `EVENT_FIELDS` declares for its
-event (`recovered: true` may be added to a line written on resume for what a crash
+Each line has `event` and `at` plus the fields its event's dataclass declares
+(`EVENT_TYPES`; the shapes `EVENT_FIELDS` and `OPTIONAL_FIELDS` derive from them;
+`recovered: true` may be added to a line written on resume for what a crash
 cut off; `anchor_push` carries the push's outcome). See docs/records.md.
 """
 
@@ -9,52 +10,145 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from harness.errors import Code
 from harness.records._shape import (
-    BOOL,
     CHAIN_KEYS,
     COST,
-    INT,
-    LIST,
     NUM,
-    OPT_STR,
-    STR,
-    Field,
     Fields,
+    Key,
     Shape,
-    each,
-    is_int,
     one_of,
+    optional_keys,
+    shape_of,
 )
 
-__all__ = ["EVENT_FIELDS", "OPTIONAL_FIELDS", "RUN_EVENTS", "RUN_EVENT_KIND", "STOP_CAUSES", "RunEvent"]
+__all__ = ["EVENT_FIELDS", "EVENT_TYPES", "OPTIONAL_FIELDS", "RUN_EVENTS", "RUN_EVENT_KIND", "STOP_CAUSES", "RunEvent"]
 
 RUN_EVENT_KIND: Final = "run-event.v1"
 STOP_CAUSES: Final = ("harness", "inconclusive", "deadline", "ceiling", "interrupt", "runner-error", "sampler")
-_OPT_INT = Field("an integer or null", lambda v: v is None or is_int(v))
 
-EVENT_FIELDS: Mapping[str, Shape] = {
-    "start": {"pid": INT, "dry_run": BOOL, "resume_paused": BOOL, "plan_sha256": STR, "ceiling_usd": NUM,
-              "spend_before_usd": NUM,
-              "systems": each({"slot": STR, "cap_usd": NUM, "lanes": INT}, "a list of {slot, cap_usd, lanes}")},
-    "attempt": {"system": STR, "lane": INT, "run_id": STR, "rerun": INT, "attempt": INT, "attempts_line": INT,
-                "attempt_sha256": STR, "started": NUM, "ended": NUM, "cost_usd": COST, "class": STR},
-    "lane": {"system": STR, "lane": INT, "what": one_of("start", "end"), "cause": OPT_STR},
-    "stop": {"system": OPT_STR, "cause": one_of(*STOP_CAUSES), "detail": STR},
-    "pause": {"system": STR, "run_id": STR, "error_code": OPT_STR},
-    "resume_paused": {"system": STR},
-    "signal": {"signum": INT, "count": INT},
-    "ceiling": {"system": STR, "crossed_at": NUM, "total_usd": NUM, "ceiling_usd": NUM},
-    "late_cost": {"system": STR, "run_id": STR, "rerun": INT, "attempt": INT, "cost_usd": COST,
-                  "cost_status": STR, "wire_line": _OPT_INT},
-    "end": {"exit_code": INT, "complete": BOOL, "stops": LIST},
-    "anchor_push": {"reason": STR},
+
+# Each event's fields (besides kind, event and at), declared once; a field with a default may be absent.
+
+
+@dataclass(frozen=True)
+class SystemLanes:
+    slot: str
+    cap_usd: float
+    lanes: int
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    pid: int
+    dry_run: bool
+    resume_paused: bool
+    plan_sha256: str
+    ceiling_usd: float
+    spend_before_usd: float
+    systems: tuple[SystemLanes, ...]
+
+
+@dataclass(frozen=True)
+class AttemptEvent:
+    system: str
+    lane: int
+    run_id: str
+    rerun: int
+    attempt: int
+    attempts_line: int
+    attempt_sha256: str
+    started: float
+    ended: float
+    cost_usd: Annotated[float | str, COST]
+    cls: Annotated[str, Key("class")]
+    recovered: bool = False
+
+
+@dataclass(frozen=True)
+class LaneEvent:
+    system: str
+    lane: int
+    what: Annotated[str, one_of("start", "end")]
+    cause: str | None
+
+
+@dataclass(frozen=True)
+class StopEvent:
+    system: str | None
+    cause: Annotated[str, one_of(*STOP_CAUSES)]
+    detail: str
+
+
+@dataclass(frozen=True)
+class PauseEvent:
+    system: str
+    run_id: str
+    error_code: str | None
+    recovered: bool = False
+
+
+@dataclass(frozen=True)
+class ResumePausedEvent:
+    system: str
+
+
+@dataclass(frozen=True)
+class SignalEvent:
+    signum: int
+    count: int
+
+
+@dataclass(frozen=True)
+class CeilingEvent:
+    system: str
+    crossed_at: float
+    total_usd: float
+    ceiling_usd: float
+
+
+@dataclass(frozen=True)
+class LateCostEvent:
+    system: str
+    run_id: str
+    rerun: int
+    attempt: int
+    cost_usd: Annotated[float | str, COST]
+    cost_status: str
+    wire_line: int | None
+
+
+@dataclass(frozen=True)
+class EndEvent:
+    exit_code: int
+    complete: bool
+    stops: list[Any]
+
+
+@dataclass(frozen=True)
+class AnchorPushEvent:
+    reason: str
+
+
+EVENT_TYPES: Final[Mapping[str, type]] = {
+    "start": StartEvent, "attempt": AttemptEvent, "lane": LaneEvent, "stop": StopEvent, "pause": PauseEvent,
+    "resume_paused": ResumePausedEvent, "signal": SignalEvent, "ceiling": CeilingEvent,
+    "late_cost": LateCostEvent, "end": EndEvent, "anchor_push": AnchorPushEvent,
+}
+"""Every event and the dataclass declaring its fields."""
+EVENT_FIELDS: Final[Mapping[str, Shape]] = {
+    event: {k: f for k, f in shape_of(cls).items() if k not in optional_keys(cls)} for event, cls in EVENT_TYPES.items()
 }
 """Every event and the fields it always carries (besides kind, event and at)."""
-OPTIONAL_FIELDS: Mapping[str, Shape] = {"attempt": {"recovered": BOOL}, "pause": {"recovered": BOOL}}
-RUN_EVENTS: Final = tuple(EVENT_FIELDS)
+OPTIONAL_FIELDS: Final[Mapping[str, Shape]] = {
+    event: {k: f for k, f in shape_of(cls).items() if k in optional_keys(cls)}
+    for event, cls in EVENT_TYPES.items() if optional_keys(cls)
+}
+"""The fields an event may carry (`recovered` on a line written on resume), checked when present."""
+RUN_EVENTS: Final = tuple(EVENT_TYPES)
 
 
 @dataclass(frozen=True)

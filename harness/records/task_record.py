@@ -12,32 +12,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from harness.errors import Code
 from harness.records._shape import (
     CHAIN_KEYS,
-    INT,
-    OPT_STR,
     STR,
     Field,
     Fields,
     Shape,
+    build,
     is_num,
     kind_is,
     one_of,
+    optional_keys,
+    shape_of,
 )
 
 __all__ = ["RECORD_SCHEMA", "TaskRecord", "WireMetering"]
 
 RECORD_SCHEMA: Final = "proctor-task-record.v1"
+METERINGS: Final = ("wire", "flat_rate", "none")
+
+_OBJECTS: Final = Field("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v))
+_OPT_NUM: Final = Field("a number or null", lambda v: v is None or is_num(v))
+_TEXTS: Final = Field("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 @dataclass(frozen=True)
 class WireMetering:
     """What a row metered from wire logs: the logs checked, the pricing, exchange counts, cost by model."""
 
-    wire_logs: tuple[dict[str, Any], ...]
+    wire_logs: Annotated[tuple[dict[str, Any], ...], _OBJECTS]
     pricing: dict[str, Any]
     exchanges: int
     errors_unbilled: int
@@ -47,27 +53,27 @@ class WireMetering:
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """One row of the task record."""
+    """One row of the task record; `wire` (spread into the row), `note` and `unmetered_dispatch_ids` only when set."""
 
     task_id: str
     task_sha256: str
     lane: str
     initial_lane: str
-    lane_switches: tuple[dict[str, Any], ...]
+    lane_switches: Annotated[tuple[dict[str, Any], ...], _OBJECTS]
     dispatches: dict[str, Any]
     receipt: dict[str, Any] | None
     accept: dict[str, Any]
-    metering: str
+    metering: Annotated[str, one_of(*METERINGS)]
     wire_source: str | None
     tokens: dict[str, Any] | None
-    cost: float | None
-    known_cost: float | None
+    cost: Annotated[float | None, _OPT_NUM]
+    known_cost: Annotated[float | None, _OPT_NUM]
     cost_status: str
     usage_unknown: int
     price_unknown: int
     wire: WireMetering | None = None
-    note: str | None = None
-    unmetered_dispatch_ids: tuple[str, ...] | None = None
+    note: Annotated[str | None, STR] = None
+    unmetered_dispatch_ids: Annotated[tuple[str, ...] | None, _TEXTS] = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -100,39 +106,24 @@ class TaskRecord:
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> TaskRecord:
         """Read a row strictly (its chain fields `prev` and `seed` aside); `log_record_invalid` otherwise."""
         checked = Fields(obj, None, path, Code.LOG_RECORD_INVALID)
-        checked.shape({"schema": kind_is(RECORD_SCHEMA), "metering": one_of("wire", "flat_rate", "none")})
+        checked.shape({k: _ROW[k] for k in ("schema", "metering")})
         wired = obj["metering"] == "wire"
         shape = {**_ROW, **(_WIRE if wired else {})}
         extra = frozenset(obj) & _OPTIONAL
         checked.keys(frozenset(shape), ignore=CHAIN_KEYS | extra)
         checked.shape({**shape, **{k: v for k, v in _OPTIONAL_SHAPE.items() if k in extra}})
-        ids = obj.get("unmetered_dispatch_ids")
-        row: dict[str, Any] = {k: tuple(obj[k]) if k == "lane_switches" else obj[k] for k in _ROW if k != "schema"}
-        wire: dict[str, Any] = {k: tuple(obj[k]) if k == "wire_logs" else obj[k] for k in _WIRE if wired}
-        return cls(
-            **row,
-            wire=WireMetering(**wire) if wired else None,
-            note=obj.get("note"),
-            unmetered_dispatch_ids=None if ids is None else tuple(ids),
-        )
+        return build(cls, {**obj, "wire": {k: obj[k] for k in _WIRE} if wired else None})
 
 
-_OBJ: Final = Field("an object", lambda v: isinstance(v, dict))
-_OPT_OBJ: Final = Field("an object or null", lambda v: v is None or isinstance(v, dict))
-_OPT_NUM: Final = Field("a number or null", lambda v: v is None or is_num(v))
-_OBJECTS: Final = Field("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v))
 _ROW: Final[Shape] = {
-    "schema": kind_is(RECORD_SCHEMA), "task_id": STR, "task_sha256": STR, "lane": STR, "initial_lane": STR,
-    "lane_switches": _OBJECTS, "dispatches": _OBJ, "receipt": _OPT_OBJ, "accept": _OBJ,
-    "metering": one_of("wire", "flat_rate", "none"), "wire_source": OPT_STR, "tokens": _OPT_OBJ, "cost": _OPT_NUM,
-    "known_cost": _OPT_NUM, "cost_status": STR, "usage_unknown": INT, "price_unknown": INT,
-}  # fmt: skip
+    "schema": kind_is(RECORD_SCHEMA),
+    **{k: f for k, f in shape_of(TaskRecord).items() if k not in optional_keys(TaskRecord)},
+}
 """The fields of every row (JSON names) and what each must be."""
-_WIRE: Final[Shape] = {"wire_logs": _OBJECTS, "pricing": _OBJ, "exchanges": INT, "errors_unbilled": INT,
-                       "not_metered": INT, "by_model": _OBJ}  # fmt: skip
+_WIRE: Final[Shape] = shape_of(WireMetering)
 """The fields a `wire` row adds."""
 _OPTIONAL_SHAPE: Final[Shape] = {
-    "note": STR,
-    "unmetered_dispatch_ids": Field("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    k: f for k, f in shape_of(TaskRecord).items() if k in optional_keys(TaskRecord) - {"wire"}
 }
+"""The fields a row may carry (`note`, `unmetered_dispatch_ids`), checked when present."""
 _OPTIONAL: Final = frozenset(_OPTIONAL_SHAPE)
