@@ -36,17 +36,6 @@ PROVIDER_ERROR_CODES: Final = (
 HARNESS_ERROR_CODES: Final = ("AttemptDeadline", "budget_stop", "harness_error")
 ATTEMPT_ERROR_CODES: Final = PROVIDER_ERROR_CODES + HARNESS_ERROR_CODES
 
-_COMMON: Final = (
-    "kind", "run_id", "attempt", "request_sha256", "outcome", "started", "ended", "latency_s",
-    "http_status", "response_raw", "response_sha256", "provider_request_id", "model_snapshot",
-    "finish_reason", "tokens", "usage_unknown", "cost_usd", "cost_status",
-)
-_FIELDS: Final = {
-    "delivered": frozenset((*_COMMON, "text")),
-    "error": frozenset((*_COMMON, "error_code", "error_message")),
-}
-
-
 @dataclass(frozen=True)
 class Attempt:
     """One `model-attempt.v1` record; `text` only when delivered, `error_*` only when an error."""
@@ -97,6 +86,15 @@ class Attempt:
             validate_run_attempt(obj, line, reruns=reruns, path=path)
         body = {k: v for k, v in obj.items() if k not in CHAIN_KEYS and k != "kind"}
         return cls(**body)
+
+
+_COMMON: Final = ("kind", *(n for n in Attempt.__dataclass_fields__
+                            if n not in ("text", "error_code", "error_message", "rerun")))
+"""The keys of every attempt record (the fields of `Attempt` but those of one outcome, and `rerun`)."""
+_FIELDS: Final = {
+    "delivered": frozenset((*_COMMON, "text")),
+    "error": frozenset((*_COMMON, "error_code", "error_message")),
+}
 
 
 def raw_form(data: bytes) -> str | dict[str, str]:

@@ -67,7 +67,7 @@ class PlanHeader:
         return cls(study, obj["scope"], obj["seed"], sha, f.count("requests"), more)
 
 
-_HEADER_FIELDS: Final = frozenset(("kind", "study", "scope", "seed", "design_sha256", "requests"))
+_HEADER_FIELDS: Final = frozenset(("kind", *(name for name in PlanHeader.__dataclass_fields__ if name != "more")))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from harness.records.attempt import Attempt
 from harness.records.final import FINAL_FIELDS, FINAL_KIND, Replaced, RunFinal
 from harness.records.host import HostSample
 from harness.records.plan import PlanCell, PlanHeader
-from harness.records.run_event import EVENT_FIELDS, RunEvent
+from harness.records.run_event import EVENT_FIELDS, OPTIONAL_FIELDS, RunEvent
 from harness.run.attempts import read_plan
 from tests.support.paths import REPO
 
@@ -155,3 +155,18 @@ def test_an_unknown_event_is_refused_as_before() -> None:
     with pytest.raises(Refusal) as caught:
         RunEvent.from_json({"kind": "run-event.v1", "event": "nap", "at": 1.0}, path="run.jsonl", line=4)
     assert caught.value.code == "run_log_invalid" and caught.value.message == "line 4: unknown event 'nap'"
+
+
+def test_the_derived_shapes_say_what_the_declared_ones_said() -> None:
+    def said(shape: Any) -> dict[str, str]:
+        return {k: f.what for k, f in shape.items()}
+
+    assert said(FINAL_FIELDS)["class"] == "a string" and said(FINAL_FIELDS)["passed"] == "true, false or null"
+    assert next(iter(FINAL_FIELDS)) == "at" and said(FINAL_FIELDS)["replaced"] == "a list"
+    assert said(ADMISSION_FIELDS)["ceiling"] == "{total_usd, ceiling_usd, crossed}"
+    assert said(ADMISSION_FIELDS)["decision"] == "one of admit, refuse"
+    assert said(EVENT_FIELDS["start"])["systems"] == "a list of {slot, cap_usd, lanes}"
+    assert said(EVENT_FIELDS["late_cost"])["wire_line"] == "an integer or null"
+    assert said(EVENT_FIELDS["attempt"])["cost_usd"] == 'a non-negative number or "unknown"'
+    assert {e: said(s) for e, s in OPTIONAL_FIELDS.items()} == {
+        "attempt": {"recovered": "true or false"}, "pause": {"recovered": "true or false"}}
