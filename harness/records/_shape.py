@@ -225,9 +225,9 @@ def read(
     optional: frozenset[str] = frozenset(),
     ignore: frozenset[str] = CHAIN_KEYS,
 ) -> T:
-    """Build `cls` from `obj` strictly: exact keys, each of its type; an absent `optional` key is the
-    field's default, or None."""
-    shape = shape_of(cls)
+    """Build `cls` from `obj` strictly: exact keys, each of its type; a field with a default, or an
+    `optional` key, may be absent (its default, or None)."""
+    shape, optional = shape_of(cls), optional | optional_keys(cls)
     checked = Fields(obj, line, path, code)
     checked.keys(frozenset(shape) - optional, ignore=ignore | (optional & set(obj)))
     checked.shape({k: f for k, f in shape.items() if k in obj})
@@ -283,11 +283,6 @@ class Fields:
         bad = shape_error(self.obj, shape)
         if bad is not None:
             raise self.bad(bad)
-
-    def values(self, shape: Shape) -> dict[str, Any]:
-        """The fields of `shape` but `kind`, once every one is present with its type (`shape`)."""
-        self.shape(shape)
-        return {k: self.obj[k] for k in shape if k != "kind"}
 
     def string(self, key: str, *, nullable: bool = False, empty_ok: bool = True) -> str | None:
         value = self.obj[key]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
 from harness.errors import Code, LogRefusal
-from harness.records._shape import CHAIN_KEYS, Key, keys_of, optional_keys, read, write
+from harness.records._shape import CHAIN_KEYS, Key, keys_of, read, write
 
 __all__ = [
     "EVENT_TYPES",
@@ -225,6 +225,5 @@ def event_from_json(line: object, path: str | None = None) -> JournalEvent:
         name, keys = cls.SPREAD
         spread = {k: body.pop(k) for k in keys if k in body}
         body[name] = spread or None
-    json_name = keys_of(cls)
-    optional = frozenset(json_name[n] for n in cls.LEGACY | cls.OPTIONAL) | optional_keys(cls)
+    optional = frozenset(keys_of(cls)[n] for n in cls.LEGACY | cls.OPTIONAL)
     return read(cls, body, code=Code.LOG_RECORD_INVALID, path=path, optional=optional)
