@@ -247,6 +247,7 @@ class Code(StrEnum):
     AMENDMENT_EMPTY = "amendment_empty"
     AMENDMENT_REASON_EMPTY = "amendment_reason_empty"
     AMENDMENT_CHANGES_STUDY = "amendment_changes_study"
+    AMENDMENT_NOTE_CHANGES_FILES = "amendment_note_changes_files"
     DRAW_EXCEEDS_PACKET = "draw_exceeds_packet"
 
     # plan: the study plan is invalid
@@ -267,6 +268,7 @@ class Code(StrEnum):
 
     # study runner: a stage cannot be run
     RUN_PLAN_CHANGED = "run_plan_changed"
+    AMENDMENT_CHANGES_STAGE = "amendment_changes_stage"
     RUN_ARCHIVE_MISMATCH = "run_archive_mismatch"
     RUN_FINAL_INVALID = "run_final_invalid"
     RUN_LOG_INVALID = "run_log_invalid"
@@ -504,7 +506,7 @@ AREAS: Final[tuple[Area, ...]] = (
           Code.SYSTEMS_MANIFEST_INVALID, Code.SYSTEMS_MANIFEST_MISMATCH,
           Code.SYSTEMS_CATALOG_MISMATCH, Code.FROZEN_INVALID, Code.AMENDMENTS_INVALID,
           Code.AMENDMENTS_COUNT_MISMATCH, Code.AMENDMENT_EMPTY, Code.AMENDMENT_REASON_EMPTY,
-          Code.AMENDMENT_CHANGES_STUDY, Code.DRAW_EXCEEDS_PACKET)),
+          Code.AMENDMENT_CHANGES_STUDY, Code.AMENDMENT_NOTE_CHANGES_FILES, Code.DRAW_EXCEEDS_PACKET)),
     Area("plan", "the study plan is invalid", PreregRefusal,
          (Code.PLAN_INVALID, Code.PLAN_OUT_FORBIDDEN)),
     Area("attempts and resume", "an attempt record or a resume is invalid", RunRefusal,
@@ -513,7 +515,7 @@ AREAS: Final[tuple[Area, ...]] = (
           Code.ATTEMPT_AFTER_DELIVERY, Code.ATTEMPT_AFTER_FINAL, Code.ATTEMPT_LIMIT_EXCEEDED,
           Code.RESUME_STAGE_UNKNOWN, Code.RESUME_OUT_CONFLICT)),
     Area("study runner", "a stage cannot be run", RunRefusal,
-         (Code.RUN_PLAN_CHANGED, Code.RUN_ARCHIVE_MISMATCH, Code.RUN_FINAL_INVALID,
+         (Code.RUN_PLAN_CHANGED, Code.AMENDMENT_CHANGES_STAGE, Code.RUN_ARCHIVE_MISMATCH, Code.RUN_FINAL_INVALID,
           Code.RUN_LOG_INVALID),
          also=(Code.INVOCATION_LOCKED, Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE)),
     Area("report", "the report cannot be built", AuditRefusal,

@@ -143,12 +143,14 @@ def _parser() -> _Parser:
     for name, handler, text in (
         ("check", study.prereg_check, "Validate a preregistration; show its cells, budget arithmetic, power and freeze."),
         ("freeze", study.prereg_freeze, "Write FROZEN.json (the sha256 of every file); once, later changes are amends."),
-        ("amend", study.prereg_amend, "Log a dated amendment (what changed since the freeze, and why) and re-freeze."),
+        ("amend", study.prereg_amend, "Log a dated amendment (what changed since the freeze, and why, or a --note) and re-freeze."),
     ):
         p = psub.add_parser(name, help=text, description=text, parents=[common])
         p.add_argument("dir", help="the preregistration folder (design.toml, PREREG.md, systems.json)")
         if name == "amend":
-            p.add_argument("--reason", required=True, help="why the preregistration changed")
+            why = p.add_mutually_exclusive_group(required=True)
+            why.add_argument("--reason", help="why the preregistration's files changed")
+            why.add_argument("--note", help="a deviation recorded without a file change (the folder is as frozen)")
         p.set_defaults(handler=handler)
 
     worker = sub.add_parser("worker", help="Built-in workers.")

@@ -133,6 +133,8 @@ def prereg_freeze(args: argparse.Namespace) -> Outcome:
 def prereg_amend(args: argparse.Namespace) -> Outcome:
     from harness.prereg.freeze import amend
 
+    if args.note is not None:
+        return Outcome.of(amend(args.dir, args.note, note=True))
     return Outcome.of(amend(args.dir, args.reason))
 
 

@@ -14,7 +14,7 @@ from harness.errors import Code, LogRefusal, PreregRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write
-from harness.evidence.jsonio import canonical_line, sha256_hex
+from harness.evidence.jsonio import loads_strict, sha256_hex
 from harness.prereg.check import check_prereg
 from harness.prereg.folder import (
     AMENDMENTS_NAME,
@@ -41,6 +41,7 @@ from harness.prereg.frozen import (
     count_mismatch,
     diff_files,
     epoch,
+    frozen_bytes,
     parse_amendment,
     read_amendments,
     read_frozen,
@@ -68,9 +69,8 @@ __all__ = [
 def _write_frozen(
     folder: str, study: str, frozen_at: str, files: Mapping[str, str], amendments: list[Amendment]
 ) -> dict[str, Any]:
-    record = {"schema": FROZEN_SCHEMA, "study": study, "frozen_at": frozen_at, "files": dict(files),
-              "amendments": len(amendments), "amendments_head": amendments[-1].line_sha256 if amendments else None}
-    data = canonical_line(record)
+    data = frozen_bytes(study, frozen_at, files, amendments)
+    record = loads_strict(data)
     try:
         atomic_write(os.path.join(folder, FROZEN_NAME), data, mode=0o644)
     except OSError as exc:
@@ -101,8 +101,12 @@ def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"ok": True, "study": prepared.design.study_id, "path": folder, "frozen": written}
 
 
-def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
-    """`proctor prereg amend DIR --reason TEXT`: log what changed since the last freeze, then re-freeze."""
+def amend(path: str | os.PathLike[str], reason: str, *, note: bool = False) -> dict[str, Any]:
+    """`proctor prereg amend DIR --reason TEXT`: log what changed since the last freeze, then re-freeze.
+
+    With `note` (`--note TEXT`) the amendment records a deviation without a file change: the
+    folder must be exactly as frozen, and the text is the amendment's reason.
+    """
     folder = open_folder(path)
     if not isinstance(reason, str) or not reason.strip():
         raise PreregRefusal(Code.AMENDMENT_REASON_EMPTY, "an amendment needs a reason", folder)
@@ -130,10 +134,15 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
             raise count_mismatch(frozen, amendments, log_path)
         check_replay(amendments, frozen, log_path)
         changed = diff_files(frozen.files, current)
-        if not changed:
-            raise PreregRefusal(Code.AMENDMENT_EMPTY, "nothing changed since the last freeze", folder)
+        if note and changed:
+            raise PreregRefusal(Code.AMENDMENT_NOTE_CHANGES_FILES, "a note records a deviation without a file change, "
+                                f"but {', '.join(c.path for c in changed)} changed: amend with --reason", folder,
+                                changed=[c.path for c in changed])
+        if not changed and not note:
+            raise PreregRefusal(Code.AMENDMENT_EMPTY, "nothing changed since the last freeze (a deviation without a "
+                                "file change is recorded with --note TEXT)", folder)
         floor = max([epoch(frozen.frozen_at) or 0.0] + [epoch(a.at) or 0.0 for a in amendments])
-        record = Amendment(len(amendments) + 1, utc_iso(Clock(floor).now()), reason, tuple(changed))
+        record = Amendment(len(amendments) + 1, utc_iso(Clock(floor).now()), reason, tuple(changed), note=note)
         line = ChainedLog(log_path, amendments_seed(frozen.study)).append(record.to_json())
         record = parse_amendment(line, record.number, log_path)
         written = _write_frozen(folder, frozen.study, frozen.frozen_at, current, [*amendments, record])

@@ -24,6 +24,7 @@ from harness.run.ledger import CellState, Ledger
 from harness.run.setup import (
     StageSetup,
     load_stage_ledger,
+    pin_plan,
     requests_from,
     setup_stage,
     stage_plan_bytes,
@@ -149,7 +150,7 @@ def run_stage(
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
     if dry_run:
-        setup.requests = requests_from(setup.folder, setup.plan_bytes, write=False)
+        pin_plan(setup, write=False)
         ledger = load_stage_ledger(setup)
         engine = _Engine(setup, ledger, resume_paused=False, progress=None)
         cells = _cells_summary(ledger, engine)
@@ -158,7 +159,7 @@ def run_stage(
                           engine.progress(), cells=cells)
     os.makedirs(setup.folder, exist_ok=True)
     with InvocationLock(os.path.join(setup.folder, ".invocation.lock")):
-        setup.requests = requests_from(setup.folder, setup.plan_bytes, write=True)
+        pin_plan(setup, write=True)
         ledger = load_stage_ledger(setup)
         engine = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress)
         with deferred_signals(engine):

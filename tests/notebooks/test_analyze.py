@@ -38,7 +38,7 @@ from tests.support.oracle import Records, rebuild
 from tests.support.paths import REPO
 from tests.support.study import prereg, sim_servers, system, urls
 
-TABLES = ("breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
+TABLES = ("amendments", "breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
 FIGURES = ("forest.png", "forest.svg", "savings.png", "savings.svg")
 
 
@@ -97,7 +97,7 @@ def test_analyze_writes_and_anchors_every_output_and_repeats_byte_for_byte(study
                   "break_even:\n  - stage A, arm direct: ", f"html: {out / 'analysis.html'}", str(out / "tables" / "q.csv")):
         assert shown in done.stdout, shown
     assert f"running the notebook -> {out / 'analysis.ipynb'}" in done.stderr
-    assert "anchoring the notebook and 12 outputs in 1 stage(s)" in done.stderr and "Traceback" not in done.stderr
+    assert "anchoring the notebook and 13 outputs in 1 stage(s)" in done.stderr and "Traceback" not in done.stderr
 
     # the files: the executed notebook, its HTML, one CSV per table, each figure as PNG and SVG
     assert sorted(f.name for f in (out / "tables").iterdir()) == [f"{t}.csv" for t in TABLES]

@@ -688,3 +688,20 @@ def test_prereg_commands_open_no_connection_and_show_no_credential(folder: Path,
     assert not log.exists(), log.read_text(encoding="utf-8")
     for path in folder.iterdir():
         assert secret.encode() not in path.read_bytes()
+
+
+def test_the_freeze_history_rebuilds_every_earlier_frozen_json(frozen: Path) -> None:
+    from harness.prereg.frozen import freeze_history
+
+    seen = [_sha((frozen / "FROZEN.json").read_bytes())]
+    (frozen / "analysis.md").write_bytes(b"the analysis plan in words\n")
+    amend(frozen, "add the analysis text")
+    seen.append(_sha((frozen / "FROZEN.json").read_bytes()))
+    amend(frozen, "a deviation with no file change", note=True)
+    seen.append(_sha((frozen / "FROZEN.json").read_bytes()))
+    (frozen / "analysis.md").unlink()
+    (frozen / "PREREG.md").write_bytes(b"# tiny\n\nRewritten.\n")
+    amend(frozen, "drop the analysis text, rewrite the text")
+    seen.append(_sha((frozen / "FROZEN.json").read_bytes()))
+    assert freeze_history(frozen) == tuple(seen) == check_frozen(frozen).freezes()
+    assert len(set(seen)) == 4

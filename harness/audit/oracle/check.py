@@ -84,9 +84,12 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
             manifests = {"plan.jsonl": os.path.join(self.folder, "plan.jsonl"),
                          "FROZEN.json": os.path.join(frozen.path, "FROZEN.json"),
                          "pricing": local if os.path.exists(local) else str(BUNDLED_PRICING)}
+            freezes = frozen.freezes()
+            ran = self.plan_freeze if self.plan_freeze in freezes else freezes[-1]
+            earlier = {"FROZEN.json": frozenset(freezes[freezes.index(ran):])}
             return Rules(d.run.reruns, d.run.transport_retries, d.budgets.reserve_per_item_usd,
                           d.budgets.ceiling_usd, d.budgets.spend_before_usd,
-                          {s.slot: s.cap_usd for s in d.systems}, manifests)
+                          {s.slot: s.cap_usd for s in d.systems}, manifests, earlier)
         starts = [e for _, e in self.events if e["event"] == "start"]
         caps = {s["slot"]: float(s["cap_usd"]) for e in starts[:1] for s in e["systems"]}
         reserve = next((float(a["reserve_usd"]) for _, a in self.admissions), None)
@@ -108,6 +111,7 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
         self.systems = {r.system for r in plan.requests}
         self.study = str(plan.header["study"])
         self.stage = str(plan.header.get("stage") or os.path.basename(self.folder))
+        self.plan_freeze = plan.header.get("frozen_sha256")
         logs = {name: self._log(name) for name in LOGS}
         self.heads = {name: v[1] for name, v in logs.items()}
         self.attempts = logs["attempts"][0]
