@@ -22,7 +22,8 @@ from harness.analysis.study import analyze_study
 from harness.audit.audit import audit_results
 from harness.audit.report import build_report
 from harness.errors import Refusal
-from harness.prereg.freeze import amend, check_frozen
+from harness.prereg.freeze import amend
+from harness.prereg.frozen import check_frozen
 from harness.run.runner import run_stage
 from tests.support.design import toml_dumps
 from tests.support.paths import REPO

@@ -60,7 +60,7 @@ class Rules:
     from the one the stage ran under (the chained amendments lead from them to the current one)."""
 
 def seed_hash_of(seed: str) -> str:
-    from harness.evidence.chain import seed_hash
+    from harness.evidence.chain_read import seed_hash
 
     return seed_hash(seed)
 
