@@ -99,6 +99,9 @@ def test_an_amendment_changing_a_system_of_a_completed_stage_is_refused_naming_i
     assert caught.value.code == "amendment_changes_stage" and caught.value.details["stage"] == "A"
     assert "stage 'A'" in caught.value.message and "amendment 1 changes" in caught.value.message
     assert "model" in caught.value.message
+    checked = run_stage(p, "A", results, base_urls=urls(url), preflight=True)  # the preflight names it too
+    assert checked.exit_code == 1
+    assert [(q["check"], q["refusal"]) for q in checked.problems] == [("plan", "amendment_changes_stage")]
     out = subprocess.run([sys.executable, "-m", "harness", "run", str(p), "--stage", "A", "--results", str(results),
                           "--json"], cwd=REPO, env=runner_env(url), capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "amendment_changes_stage" in out.stdout + out.stderr
