@@ -241,6 +241,7 @@ class Code(StrEnum):
     SYSTEMS_MANIFEST_INVALID = "systems_manifest_invalid"
     SYSTEMS_MANIFEST_MISMATCH = "systems_manifest_mismatch"
     SYSTEMS_CATALOG_MISMATCH = "systems_catalog_mismatch"
+    SYSTEM_UNPRICED = "system_unpriced"
     FROZEN_INVALID = "frozen_invalid"
     AMENDMENTS_INVALID = "amendments_invalid"
     AMENDMENTS_COUNT_MISMATCH = "amendments_count_mismatch"
@@ -502,9 +503,10 @@ AREAS: Final[tuple[Area, ...]] = (
          (Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE, Code.PREREG_ALREADY_FROZEN,
           Code.PREREG_UNEXPECTED_ENTRY, Code.PREREG_LOCKED, Code.PREREG_TEXT_EMPTY,
           Code.SYSTEMS_MANIFEST_INVALID, Code.SYSTEMS_MANIFEST_MISMATCH,
-          Code.SYSTEMS_CATALOG_MISMATCH, Code.FROZEN_INVALID, Code.AMENDMENTS_INVALID,
+          Code.SYSTEMS_CATALOG_MISMATCH, Code.SYSTEM_UNPRICED, Code.FROZEN_INVALID, Code.AMENDMENTS_INVALID,
           Code.AMENDMENTS_COUNT_MISMATCH, Code.AMENDMENT_EMPTY, Code.AMENDMENT_REASON_EMPTY,
-          Code.AMENDMENT_CHANGES_STUDY, Code.DRAW_EXCEEDS_PACKET)),
+          Code.AMENDMENT_CHANGES_STUDY, Code.DRAW_EXCEEDS_PACKET),
+         also=(Code.UNKNOWN_MODEL,)),
     Area("plan", "the study plan is invalid", PreregRefusal,
          (Code.PLAN_INVALID, Code.PLAN_OUT_FORBIDDEN)),
     Area("attempts and resume", "an attempt record or a resume is invalid", RunRefusal,
