@@ -97,9 +97,11 @@ def _parser() -> _Parser:
 
     p = add("plan", study.plan, "Write the deterministic request plan of a frozen preregistration (no network).")
     p.add_argument("dir", help="the preregistration folder (design.toml, systems.json, FROZEN.json)")
-    p.add_argument("--scope", required=True, choices=("pilot", "matrix-once", "full"),
-                   help="pilot: the registered stages; matrix-once: every item once per system and arm; "
-                   "full: every item, system and arm with the registered repeats")
+    p.add_argument("--scope", required=True, metavar="SCOPE",
+                   choices=("@stages", "@matrix-once", "@full", "pilot", "matrix-once", "full"),
+                   help="@stages: every registered stage; @matrix-once: every item once per system and arm; "
+                   "@full: every item, system and arm with the registered repeats (a scope starts with @, which "
+                   "no stage id can; the old spellings pilot, matrix-once and full still work)")
     p.add_argument("--out", required=True, help="the plan file (JSONL) to write, atomically")
     p = add("resume", study.resume, "Check an attempts log against its plan and write what each run is owed (no network).")
     p.add_argument("--plan", required=True, help="the plan file (JSONL)")
