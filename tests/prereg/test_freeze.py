@@ -351,6 +351,28 @@ def test_a_folder_pricing_file_is_the_one_resolved(folder: Path) -> None:
 # Any byte changed in any file is refused
 
 
+def test_a_jupyter_checkpoints_folder_is_not_a_change(folder: Path) -> None:
+    # issue 13 item 10: opening PREREG.md or a notebook in Jupyter leaves .ipynb_checkpoints behind
+    checkpoints = folder / ".ipynb_checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "PREREG-checkpoint.md").write_text("an autosave\n")
+    freeze(folder)
+    assert ".ipynb_checkpoints" not in json.dumps(_registered(folder))
+    check_frozen(folder)
+    assert check_prereg(folder)["frozen"]["state"] == "frozen"
+    (checkpoints / "design-checkpoint.toml").write_text("another autosave\n")
+    check_frozen(folder)
+    _refused("amendment_empty", lambda: amend(folder, "nothing but an autosave"))
+    shutil.rmtree(checkpoints)
+    check_frozen(folder)
+    # only that folder, and only as a folder: a file by that name, or another hidden folder, is still refused
+    checkpoints.write_text("not a folder\n")
+    _refused("prereg_changed_since_freeze", lambda: check_frozen(folder))
+    checkpoints.unlink()
+    (folder / ".hidden").mkdir()
+    _refused("prereg_changed_since_freeze", lambda: check_frozen(folder))
+
+
 def _registered(f: Path) -> list[str]:
     return sorted(json.loads((f / "FROZEN.json").read_bytes())["files"])
 
