@@ -15,6 +15,7 @@ from typing import Any, Final
 from harness.errors import Code, InputRefusal, LogRefusal, Refusal
 from harness.evidence.chain_read import (
     PROBLEM_KINDS,
+    REPAIR_HINT,
     RESERVED,
     ChainProblem,
     ChainStatus,
@@ -178,7 +179,7 @@ class ChainedLog:
             lineno = _count_newlines(fd, size) + 1
             raise LogRefusal(
                 Code.LOG_TORN_TAIL,
-                f"line {lineno} has no newline: a torn tail; run repair before appending",
+                f"line {lineno} has no newline: a torn tail; before appending, {REPAIR_HINT}",
                 self.path,
                 line=lineno,
                 kind="torn_tail",
