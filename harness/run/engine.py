@@ -42,8 +42,9 @@ class EngineCore:
     """One invocation's state: the set-up, the ledger, the logs, spend, stops and pauses."""
 
     def __init__(self, setup: StageSetup, ledger: Ledger, *, resume_paused: bool,
-                 progress: Callable[[RunProgress], None] | None) -> None:
-        self.s, self.ledger, self.progress_cb = setup, ledger, progress
+                 progress: Callable[[RunProgress], None] | None,
+                 on_exit: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.s, self.ledger, self.progress_cb, self.on_exit = setup, ledger, progress, on_exit
         d = setup.design
         self.study, self.stage = d.study_id, setup.stage
         self.reserve = d.budgets.reserve_per_item_usd
