@@ -53,6 +53,9 @@ def test_a_clean_run_stands_every_cell_with_verified_receipts(tmp_path: Path, si
     # a second invocation finds everything standing and sends nothing
     again = run_stage(tmp_path / "prereg" / "rt", "A", tmp_path / "results", base_urls=urls(url))
     assert again.exit_code == 0 and len(logs(folder)["attempts"]) == len(lines)
+    # issue 13 item 10: the items admitted count every invocation; this invocation's own are apart
+    assert [(s.items_admitted, s.items_admitted_now) for s in summary.progress.systems] == [(6, 6), (6, 6)]
+    assert [(s.items_admitted, s.items_admitted_now) for s in again.progress.systems] == [(6, 0), (6, 0)]
 
 
 def test_a_provider_error_is_rerun_with_its_final_archived(tmp_path: Path, sim: Sim) -> None:
@@ -153,6 +156,8 @@ def test_resume_after_an_interrupted_run_finishes_it(tmp_path: Path, sim: Sim) -
     assert again.exit_code == 0
     assert len(logs(folder)["attempts"]) == n  # finals re-derived from the saved attempts, no new call
     assert {s.system: s.spend_usd for s in again.progress.systems} == costs
+    # issue 13 item 10: the resume that completed the stage reports every item admitted, not only its own
+    assert {s.system: s.items_admitted for s in again.progress.systems} == {"good": 6, "bad": 6}
 
 
 def test_a_second_invocation_is_refused_while_the_first_holds_the_folder(tmp_path: Path, sim: Sim) -> None:
