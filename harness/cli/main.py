@@ -139,6 +139,10 @@ def _parser() -> _Parser:
     p.add_argument("--dry-run", action="store_true", help="list what stands and the next attempt owed; no call")
     p.add_argument("--preflight", action="store_true", help="report every problem that would stop the run")
     p.add_argument("--resume-paused", action="store_true", help="lift the pauses logged before this invocation")
+    p.add_argument("--base-url", metavar="URL", default="",
+                   help="send every system's model to this base URL (e.g. a simulator's http://127.0.0.1:8765/v1), "
+                   "as the run notebook's base_url parameter; default: the catalog's, or its base_url_env "
+                   "variable (PROCTOR_SIM_URL for the simulated systems)")
 
     prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend.")
     psub = prereg.add_subparsers(dest="prereg_cmd", required=True, metavar="ACTION", parser_class=_Parser)

@@ -56,9 +56,12 @@ def run(args: argparse.Namespace) -> Outcome:
         sys.stdout.flush()
         sys.stderr.flush()
 
+    from harness.notebooks.stage import study_base_urls
+
     summary = run_stage(
         args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-        preflight=args.preflight, progress=None if args.json else show, on_exit=exit_now,
+        preflight=args.preflight, base_urls=study_base_urls(args.prereg, args.base_url),
+        progress=None if args.json else show, on_exit=exit_now,
     )
     result = summary.to_json()
     if not args.json and not args.dry_run:
