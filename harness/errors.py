@@ -242,6 +242,7 @@ class Code(StrEnum):
     SYSTEMS_MANIFEST_INVALID = "systems_manifest_invalid"
     SYSTEMS_MANIFEST_MISMATCH = "systems_manifest_mismatch"
     SYSTEMS_CATALOG_MISMATCH = "systems_catalog_mismatch"
+    SYSTEM_UNPRICED = "system_unpriced"
     FROZEN_INVALID = "frozen_invalid"
     AMENDMENTS_INVALID = "amendments_invalid"
     AMENDMENTS_COUNT_MISMATCH = "amendments_count_mismatch"
@@ -476,7 +477,7 @@ AREAS: Final[tuple[Area, ...]] = _runs(
          Code.PACKET_INVALID),
     Area("design", "the study design is invalid", PreregRefusal, Code.DESIGN_INVALID),
     Area("preregistration", "the preregistration is not frozen, changed or invalid", PreregRefusal,
-         Code.PREREG_NOT_FROZEN),
+         Code.PREREG_NOT_FROZEN, also=(Code.UNKNOWN_MODEL,)),
     Area("plan", "the study plan is invalid", PreregRefusal, Code.PLAN_INVALID),
     Area("attempts and resume", "an attempt record or a resume is invalid", RunRefusal,
          Code.ATTEMPT_INVALID),

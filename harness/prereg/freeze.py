@@ -38,6 +38,7 @@ from harness.prereg.frozen import (
     read_amendments,
     read_frozen,
 )
+from harness.prereg.resolve import resolve_systems
 
 __all__ = ["amend", "freeze"]
 
@@ -59,7 +60,11 @@ def _write_frozen(
 
 
 def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """`proctor prereg freeze DIR`: validate everything and write FROZEN.json (once; later: amend)."""
+    """`proctor prereg freeze DIR`: validate everything and write FROZEN.json (once; later: amend).
+
+    Every system is resolved against the catalog and the pricing first
+    (`resolve_systems`): what `plan` or `run` would refuse is refused here.
+    """
     folder = open_folder(path)
     with locked(folder, exclusive=True):
         contents = read_folder(folder)
@@ -73,6 +78,7 @@ def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
         refuse_odd(folder, contents)
         prepared = validate(folder, contents)
         resolve_packet(prepared.design)
+        resolve_systems(folder, prepared.design, prepared.catalog, prepared.files)
         written = _write_frozen(folder, prepared.design.study_id, utc_iso(time.time()), prepared.files, [])
     return {"ok": True, "study": prepared.design.study_id, "path": folder, "frozen": written}
 
@@ -96,6 +102,7 @@ def amend(path: str | os.PathLike[str], reason: str, *, note: bool = False) -> d
             raise PreregRefusal(Code.AMENDMENT_CHANGES_STUDY, f"the study id is {frozen.study!r}: an amendment cannot "
                           "change it (results and logs are named by it)", prepared.design.path)
         resolve_packet(prepared.design)
+        resolve_systems(folder, prepared.design, prepared.catalog, prepared.files)
         amendments = read_amendments(folder, frozen.study)
         current = prepared.files
         if len(amendments) == frozen.amendments + 1:  # a crash after the log line, before FROZEN.json
