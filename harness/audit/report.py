@@ -23,6 +23,7 @@ from harness.records.plan import Plan
 from harness.records.usage import CATEGORIES
 from harness.run.attempts import read_plan
 from harness.run.layout import log_seed, receipt_name
+from harness.run.rules import exhausted
 
 __all__ = ["Report", "build_report", "check_stage"]
 
@@ -154,7 +155,9 @@ def _sum_or_none(values: list[Any]) -> float | None:
     return math.fsum(float(v) for v in values)
 
 
-def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int]]:
+def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int], dict[str, list[str]]]:
+    """The scored frame, the count of scored cells without an answer by class, and the exhausted
+    cells by system (standing on a transport failure: infrastructure, never scored)."""
     stage = str(plan.header.get("stage") or os.path.basename(folder))
     attempts = _records(folder, plan.study, stage, "attempts")
     finals = _records(folder, plan.study, stage, "finals")
@@ -164,10 +167,14 @@ def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int]]:
     lines = {i: a for i, a in enumerate(attempts, start=1)}
     rows: list[dict[str, Any]] = []
     unanswered: dict[str, int] = {}
+    dropped: dict[str, list[str]] = {}
     standing = _standing(finals)
     for req in plan.requests:
         f = standing.get(req.run_id)
         if f is None:
+            continue
+        if exhausted(f.get("class"), f.get("action")):
+            dropped.setdefault(req.system, []).append(req.run_id)
             continue
         mine = by_run.get(req.run_id, [])
         last = lines[int(f["attempt_line"])]
@@ -192,7 +199,7 @@ def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int]]:
     assert list(schema) == list(ATTEMPT_COLUMNS)
     frame = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     validate_attempts(frame)
-    return frame, unanswered
+    return frame, unanswered, dropped
 
 
 def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
@@ -214,7 +221,8 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
             folder,
             problems=[{"file": p.file, "line": p.line, "rule": p.rule, "message": p.message} for p in problems],
         )
-    frame, unanswered = _frame(folder, plan)
+    frame, unanswered, dropped = _frame(folder, plan)
+    n_exhausted = sum(len(v) for v in dropped.values())
     summary: dict[str, Any] = {
         "ok": True,
         "folder": folder,
@@ -222,7 +230,9 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
         "stage": str(plan.header.get("stage") or os.path.basename(folder)),
         "cells": len(plan.requests),
         "standing": frame.height,
-        "not_standing": len(plan.requests) - frame.height,
+        "not_standing": len(plan.requests) - frame.height - n_exhausted,
+        "exhausted": n_exhausted,
+        "exhausted_cells": {system: dropped[system] for system in sorted(dropped)},
         "passed": int(frame.get_column("passed").sum()),
         "standing_without_answer": unanswered,
         "cost_unknown": frame.get_column("cost_usd").null_count(),

@@ -53,7 +53,10 @@ EVENT_FIELDS: Mapping[str, Shape] = {
     "anchor_push": {"reason": STR},
 }
 """Every event and the fields it always carries (besides kind, event and at)."""
-OPTIONAL_FIELDS: Mapping[str, Shape] = {"attempt": {"recovered": BOOL}, "pause": {"recovered": BOOL}}
+OPTIONAL_FIELDS: Mapping[str, Shape] = {
+    "attempt": {"recovered": BOOL}, "pause": {"recovered": BOOL},
+    "start": {"reruns": INT, "transport_retries": INT},  # the run rules, for an oracle without the freeze
+}
 RUN_EVENTS: Final = tuple(EVENT_FIELDS)
 
 

@@ -192,3 +192,77 @@ def test_preflight_reports_an_unreachable_endpoint(tmp_path: Path, sim: Sim) -> 
     url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
     good = run_stage(folder_p, "A", tmp_path / "results", preflight=True, base_urls=urls(url))
     assert good.exit_code == 0, good.problems
+
+
+# --------------------------------------------------------------------------
+# Issue 13 item 1: an outage must never become data
+
+
+def _dead_url() -> str:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there: every connection is refused
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_an_outage_costs_nothing_and_the_breaker_pauses_each_system(tmp_path: Path, sim: Sim) -> None:
+    from harness.audit.oracle import run_problems
+    from harness.audit.report import build_report
+    from harness.run.rules import BREAKER_CODE, BREAKER_FAILURES
+
+    folder_p = prereg(tmp_path, retries=3)
+    results = tmp_path / "results"
+    down = run_stage(folder_p, "A", results, base_urls=urls(_dead_url()))  # the simulator is not running
+    assert down.exit_code == 1 and not down.complete
+    folder = Path(down.folder)
+    got = logs(folder)
+    assert got["attempts"] and all(a["sent"] is False and a["cost_usd"] == 0 for a in got["attempts"])
+    assert down.progress.total_usd == 0.0  # not the reserve per attempt: nothing reached a provider
+    pauses = {e["system"]: e["error_code"] for e in got["run"] if e["event"] == "pause"}
+    assert pauses == {"good": BREAKER_CODE, "bad": BREAKER_CODE}
+    for s in ("good", "bad"):  # the breaker, not the plan, ended it (at most one more in flight per lane)
+        mine = [a for a in got["attempts"] if a["run_id"] in _run_ids(folder, s)]
+        assert BREAKER_FAILURES <= len(mine) <= BREAKER_FAILURES + 1, len(mine)
+    assert not [f for f in got["finals"] if f["action"] == "stand"]  # nothing scored
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    # paused: a later invocation sends nothing until --resume-paused
+    again = run_stage(folder_p, "A", results, base_urls=urls(_dead_url()))
+    assert again.exit_code == 1 and len(logs(folder)["attempts"]) == len(got["attempts"])
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    back = run_stage(folder_p, "A", results, base_urls=urls(url), resume_paused=True)
+    assert back.exit_code == 0 and back.complete, back.to_json()
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["exhausted"] == 0 and report.summary["standing"] == 12
+    assert report.summary["passed"] == 6 and report.summary["cost_unknown"] == 0
+
+
+def _run_ids(folder: Path, system_slot: str) -> set[str]:
+    return {json.loads(line)["run_id"] for line in (folder / "plan.jsonl").read_text().splitlines()
+            if json.loads(line).get("system") == system_slot}
+
+
+def test_an_exhausted_cell_is_never_scored_and_the_stage_is_not_complete(tmp_path: Path, sim: Sim) -> None:
+    from harness.audit.oracle import run_problems
+    from harness.audit.report import build_report
+
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0, server_error=1.0)])  # every 'bad' request: 500
+    folder_p = prereg(tmp_path)
+    summary = run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url))
+    assert summary.exit_code == 1 and not summary.complete
+    states = {(c["system"], c["state"]) for c in summary.cells}
+    assert states == {("good", "standing"), ("bad", "exhausted")}
+    folder = Path(summary.folder)
+    end = [e for e in logs(folder)["run"] if e["event"] == "end"][-1]
+    assert end["complete"] is False
+    assert not [e for e in logs(folder)["run"] if e["event"] == "pause"]  # a 500 is an answer: no breaker
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["exhausted"] == 6 and sorted(report.summary["exhausted_cells"]) == ["bad"]
+    assert sorted(report.summary["exhausted_cells"]["bad"]) == sorted(_run_ids(folder, "bad"))
+    assert report.frame.height == 6 and set(report.frame.get_column("system")) == {"good"}  # 0/6 never counted
+    assert report.summary["standing"] == 6 and report.summary["not_standing"] == 0
+    assert "provider" not in report.summary["standing_without_answer"]
