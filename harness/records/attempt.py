@@ -24,8 +24,9 @@ from harness.records._shape import CHAIN_KEYS, Fields, refusal
 from harness.records.usage import CATEGORIES
 
 __all__ = [
-    "ATTEMPT_ERROR_CODES", "ATTEMPT_KIND", "COST_STATUSES", "HARNESS_ERROR_CODES", "PROVIDER_ERROR_CODES",
-    "NOT_SENT_CODES", "TOKEN_CATEGORIES", "Attempt", "decode_response_raw", "raw_form", "validate_attempt", "validate_run_attempt",
+    "ATTEMPT_ERROR_CODES", "ATTEMPT_KIND", "COST_STATUSES", "HARNESS_ERROR_CODES", "NOT_SENT_CODES",
+    "PROVIDER_ERROR_CODES", "TOKEN_CATEGORIES", "Attempt", "decode_response_raw", "raw_form", "validate_attempt",
+    "validate_run_attempt",
 ]
 
 ATTEMPT_KIND: Final = "model-attempt.v1"
