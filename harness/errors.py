@@ -270,6 +270,7 @@ class Code(StrEnum):
     RUN_ARCHIVE_MISMATCH = "run_archive_mismatch"
     RUN_FINAL_INVALID = "run_final_invalid"
     RUN_LOG_INVALID = "run_log_invalid"
+    RUN_PREFLIGHT_FAILED = "run_preflight_failed"
 
     # report: the report cannot be built
     REPORT_REFUSED = "report_refused"
@@ -514,7 +515,7 @@ AREAS: Final[tuple[Area, ...]] = (
           Code.RESUME_STAGE_UNKNOWN, Code.RESUME_OUT_CONFLICT)),
     Area("study runner", "a stage cannot be run", RunRefusal,
          (Code.RUN_PLAN_CHANGED, Code.RUN_ARCHIVE_MISMATCH, Code.RUN_FINAL_INVALID,
-          Code.RUN_LOG_INVALID),
+          Code.RUN_LOG_INVALID, Code.RUN_PREFLIGHT_FAILED),
          also=(Code.INVOCATION_LOCKED, Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE)),
     Area("report", "the report cannot be built", AuditRefusal,
          (Code.REPORT_REFUSED,)),

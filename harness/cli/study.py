@@ -31,7 +31,8 @@ __all__ = [
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`)."""
+    """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
+    after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
     from harness.run.runner import RunProgress, run_stage
 
     if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(f"[{p.stage}] total ${p.total_usd:.6f} / ceiling ${p.ceiling_usd:g}"
                          f"{' CROSSED' if p.crossed else ''} | " + " | ".join(parts) + "\n")
 
+    if not args.dry_run and not args.preflight:  # always, before the first provider call
+        from harness.run.preflight import require_ready
+
+        require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True))
     summary = run_stage(
         args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
         preflight=args.preflight, progress=None if args.json else show,
