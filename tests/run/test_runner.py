@@ -8,6 +8,7 @@ skill-1.0 system delivers correct programs and the warm verifier passes them.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -266,3 +267,69 @@ def test_an_exhausted_cell_is_never_scored_and_the_stage_is_not_complete(tmp_pat
     assert report.frame.height == 6 and set(report.frame.get_column("system")) == {"good"}  # 0/6 never counted
     assert report.summary["standing"] == 6 and report.summary["not_standing"] == 0
     assert "provider" not in report.summary["standing_without_answer"]
+
+
+def test_the_simulator_stopped_during_a_run_costs_only_what_was_sent(tmp_path: Path) -> None:
+    """The endpoint dies mid-run: requests that never left cost $0, only those in flight cost the reserve
+    (unknown), the breaker pauses both systems, nothing is scored as a model failure, and the run resumes."""
+    import os
+    import time
+
+    from harness.audit.oracle import run_problems
+    from harness.audit.report import build_report
+    from tests.support.study import ANSWERS
+
+    systems = tmp_path / "systems.json"
+    systems.write_text(json.dumps({"systems": [system("sim-flash", 1.0), system("sim-glm", 0.0)]}))
+
+    def start_sim(port: int = 0) -> tuple[str, subprocess.Popen[bytes]]:
+        ready = tmp_path / f"ready-{time.monotonic_ns()}.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+        env["PROCTOR_SIM_LATENCY_SCALE"] = "0"
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "sim", "serve", "--port", str(port), "--ready-file",
+                                 str(ready), "--systems", str(systems), "--answers", str(ANSWERS)],
+                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        return str(json.loads(ready.read_text())["url"]), proc
+
+    url, proc = start_sim()
+    folder_p = prereg(tmp_path, retries=3, reserve=0.01)
+    results = tmp_path / "results"
+
+    def outage(p: Any) -> None:  # after the third attempt, the endpoint goes away
+        if sum(s.attempts for s in p.systems) >= 3 and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    try:
+        down = run_stage(folder_p, "A", results, base_urls=urls(url), progress=outage)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert down.exit_code == 1 and not down.complete
+    folder = Path(down.folder)
+    got = logs(folder)
+    errors = [a for a in got["attempts"] if a["outcome"] == "error"]
+    unsent = [a for a in errors if a.get("sent") is False]
+    in_flight = [a for a in errors if a.get("sent") is not False]
+    assert unsent and all(a["cost_usd"] == 0 for a in unsent)
+    assert len(in_flight) <= 4  # at most one per lane was under way when it died: those may have been billed
+    delivered = math.fsum(a["cost_usd"] for a in got["attempts"] if a["outcome"] == "delivered")
+    assert down.progress.total_usd == pytest.approx(delivered + 0.01 * len(in_flight))
+    assert {e["system"] for e in got["run"] if e["event"] == "pause"} == {"good", "bad"}
+    assert not [f for f in got["finals"] if f["class"] != "delivered" and f["action"] == "stand"]
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    url, proc = start_sim()
+    try:
+        back = run_stage(folder_p, "A", results, base_urls=urls(url), resume_paused=True)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert back.exit_code == 0 and back.complete, back.to_json()
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["exhausted"] == 0 and report.summary["passed"] == 6 and report.summary["standing"] == 12
