@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from harness.errors import Code, Refusal
     from harness.notebooks.analyze import analyze_results
     from harness.notebooks.batch import run_batch
-    from harness.prereg.freeze import amend, check_prereg, freeze
+    from harness.prereg.check import check_prereg
+    from harness.prereg.freeze import amend, freeze
     from harness.prereg.plan import plan_study
     from harness.run.preflight import preflight
     from harness.run.runner import run_stage
@@ -33,7 +34,7 @@ _PUBLIC: dict[str, str] = {
     "analyze_study": "harness.analysis.study",
     "audit_results": "harness.audit.audit",
     "build_report": "harness.audit.report",
-    "check_prereg": "harness.prereg.freeze",
+    "check_prereg": "harness.prereg.check",
     "freeze": "harness.prereg.freeze",
     "plan_study": "harness.prereg.plan",
     "preflight": "harness.run.preflight",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from itertools import pairwise
 from typing import Any, Final, cast
 
 EXIT_OK: Final = 0
@@ -420,119 +421,76 @@ class Area:
     title: str
     description: str
     refusal: type[Refusal]
-    codes: tuple[Code, ...]
+    first: Code
+    """The area's first code; its codes run in `Code`'s body up to the next area's first."""
     also: tuple[Code, ...] = ()  # codes of other areas this area raises too
+    codes: tuple[Code, ...] = ()
+    """Filled in by `_runs`."""
 
 
-AREAS: Final[tuple[Area, ...]] = (
+def _runs(*areas: Area) -> tuple[Area, ...]:
+    """Each area with its `codes`: the run of `Code`'s body from its `first` to the next area's."""
+    body = list(Code)
+    starts = [body.index(area.first) for area in areas] + [len(body)]
+    return tuple(replace(area, codes=tuple(body[a:b])) for area, (a, b) in zip(areas, pairwise(starts), strict=True))
+
+
+AREAS: Final[tuple[Area, ...]] = _runs(
     Area("reading inputs", "a file or JSON input cannot be read as strict JSON", InputRefusal,
-         (Code.FILE_MISSING, Code.DANGLING_LINK, Code.LINK_LOOP, Code.NOT_A_REGULAR_FILE,
-          Code.FILE_UNREADABLE, Code.FILE_TOO_LARGE, Code.INVALID_UTF8, Code.INVALID_JSON,
-          Code.JSON_DUPLICATE_KEY, Code.JSON_NON_FINITE, Code.JSON_TOO_DEEP, Code.JSON_NOT_OBJECT)),
-    Area("money", "a cost is not a valid amount of money", InputRefusal,
-         (Code.INVALID_COST, Code.COST_OVERFLOW)),
+         Code.FILE_MISSING),
+    Area("money", "a cost is not a valid amount of money", InputRefusal, Code.INVALID_COST),
     Area("chained logs", "a hash-chained log cannot be read, verified or appended", LogRefusal,
-         (Code.LOG_BROKEN, Code.LOG_TORN_TAIL, Code.LOG_SEED_MISMATCH, Code.LOG_SEED_INVALID,
-          Code.LOG_SEED_UNKNOWN, Code.LOG_RECORD_INVALID, Code.LOG_RECORD_RESERVED,
-          Code.LOG_CHANGED, Code.LOG_LOCKED, Code.LOG_WRITE_FAILED, Code.FILE_UNWRITABLE),
-         also=(Code.FOLDER_MISSING,)),
-    Area("trees", "a folder tree cannot be signed", TreeRefusal,
-         (Code.WORKSPACE_MISSING, Code.NOT_A_DIRECTORY, Code.TREE_UNREADABLE,
-          Code.TREE_CHANGED_DURING_SCAN, Code.EXCLUSION_INVALID, Code.MANIFEST_INVALID)),
-    Area("task file", "the task file is invalid or changed", TaskRefusal,
-         (Code.TASK_INVALID, Code.SCOPE_EMPTY, Code.VERIFIER_ARGV_NOT_ARRAY, Code.TASK_MISMATCH)),
+         Code.LOG_BROKEN, also=(Code.FOLDER_MISSING,)),
+    Area("trees", "a folder tree cannot be signed", TreeRefusal, Code.WORKSPACE_MISSING),
+    Area("task file", "the task file is invalid or changed", TaskRefusal, Code.TASK_INVALID),
     Area("init", "`proctor init` cannot set up the gated path", GateRefusal,
-         (Code.WORKSPACE_IS_NOT_REPO_ROOT, Code.GIT_UNAVAILABLE, Code.ALREADY_INITIALIZED,
-          Code.STATE_DIR_INSIDE_WORKSPACE, Code.STATE_DIR_INVALID, Code.SEAL_TARGET_MISSING,
-          Code.HIDDEN_INPUT_MISSING, Code.HIDDEN_INPUT_INSIDE_WORKSPACE, Code.HIDDEN_INPUT_INVALID)),
+         Code.WORKSPACE_IS_NOT_REPO_ROOT),
     Area("any gated command", "the gated path's state is missing, locked or tampered with", GateRefusal,
-         (Code.NOT_INITIALIZED, Code.INVOCATION_LOCKED, Code.LOCK_UNAVAILABLE,
-          Code.NESTED_CALL_REFUSED, Code.STATE_TAMPERED, Code.VERIFIER_CHANGED_SINCE_INIT,
-          Code.TASK_CHANGED_SINCE_INIT)),
-    Area("dispatch", "a worker cannot be dispatched", GateRefusal,
-         (Code.DISPATCH_BUDGET_EXHAUSTED, Code.FLASH_LANE_REFUSED_FOR_PRODUCTION,
-          Code.PREFLIGHT_RECEIPT_REQUIRED, Code.PREFLIGHT_RECEIPT_STALE,
-          Code.WORKER_COMMAND_MISSING, Code.WORKER_SPAWN_FAILED)),
+         Code.NOT_INITIALIZED),
+    Area("dispatch", "a worker cannot be dispatched", GateRefusal, Code.DISPATCH_BUDGET_EXHAUSTED),
     Area("verify", "the verifier cannot be run safely", GateRefusal,
-         (Code.VERIFICATION_INPUT_CHANGED, Code.MODULE_SHADOW_DETECTED, Code.UNSAFE_WORKSPACE_ENTRY,
-          Code.UNSUPPORTED_SPECIAL_FILE, Code.TREE_CHANGED_DURING_VERIFY)),
-    Area("accept", "the work cannot be accepted", GateRefusal,
-         (Code.RECEIPT_MISSING, Code.RECEIPT_NOT_PASSING, Code.RECEIPT_STALE, Code.RECEIPT_TAMPERED,
-          Code.RECEIPT_INVALID, Code.TAMPER_DETECTED, Code.DISPATCH_AFTER_RECEIPT,
-          Code.ZERO_DISPATCH_NONDISCRIMINATING, Code.DETACHED_PAYLOAD)),
+         Code.VERIFICATION_INPUT_CHANGED),
+    Area("accept", "the work cannot be accepted", GateRefusal, Code.RECEIPT_MISSING),
     Area("journal", "an orphaned dispatch cannot be acknowledged", GateRefusal,
-         (Code.UNKNOWN_DISPATCH_ID, Code.DISPATCH_NOT_ORPHANED, Code.ALREADY_ACKNOWLEDGED)),
+         Code.UNKNOWN_DISPATCH_ID),
     Area("providers", "a provider request cannot be built", ProviderRefusal,
-         (Code.UNKNOWN_API_SHAPE, Code.SETTING_UNSUPPORTED, Code.MODEL_ID_INVALID,
-          Code.BASE_URL_INVALID, Code.CREDENTIAL_MALFORMED, Code.TRANSPORT_INVALID)),
+         Code.UNKNOWN_API_SHAPE),
     Area("catalog and model choice", "the model catalog or a model choice is invalid", ProviderRefusal,
-         (Code.CATALOG_INVALID, Code.UNKNOWN_MODEL, Code.MODEL_HAS_NO_WORKER,
-          Code.NO_MODEL_FOR_LANE, Code.WORKER_CHOICE_CONFLICT, Code.RESUME_UNSUPPORTED,
-          Code.STAGNATION_LIMIT_REACHED)),
+         Code.CATALOG_INVALID),
     Area("pricing and wire", "the pricing file or a wire log is invalid", MeterRefusal,
-         (Code.PRICING_INVALID, Code.PRICING_DUPLICATE_KEY, Code.PRICING_YAML_FORBIDDEN,
-          Code.PRICING_YAML_INVALID, Code.WIRE_RECORD_INVALID, Code.WIRE_SEED_MISMATCH,
-          Code.WIRE_LOG_BROKEN, Code.WIRE_LOG_TAMPERED, Code.WIRE_LOG_UNRECORDED)),
-    Area("proxy", "the metering proxy cannot start", MeterRefusal,
-         (Code.PROXY_UPSTREAM_INVALID, Code.PROXY_NOT_LOOPBACK, Code.PROXY_PORT_UNAVAILABLE)),
+         Code.PRICING_INVALID),
+    Area("proxy", "the metering proxy cannot start", MeterRefusal, Code.PROXY_UPSTREAM_INVALID),
     Area("record", "`proctor record` cannot record the run", GateRefusal,
-         (Code.PRICING_WITHOUT_WIRE,)),
+         Code.PRICING_WITHOUT_WIRE),
     Area("sandbox", "the bwrap sandbox cannot be used (dispatch, verify, delegate, evals verify, run)", WorkerRefusal,
-         (Code.SANDBOX_UNAVAILABLE, Code.SANDBOX_INVALID)),
+         Code.SANDBOX_UNAVAILABLE),
     Area("delegate", "`proctor delegate` cannot run the task", GateRefusal,
-         (Code.PRODUCTION_TASK_IN_MODEL_MODE, Code.RESTORE_INCOMPLETE, Code.DELEGATE_TASK_EMPTY,
-          Code.TIMEOUT_INVALID)),
+         Code.PRODUCTION_TASK_IN_MODEL_MODE),
     Area("llm-edit worker", "the llm-edit worker cannot start", WorkerRefusal,
-         (Code.PROMPT_FILE_MISSING, Code.SCOPE_INVALID, Code.SCOPE_FILE_NOT_TEXT),
-         also=(Code.SCOPE_EMPTY,)),
+         Code.PROMPT_FILE_MISSING, also=(Code.SCOPE_EMPTY,)),
     Area("simulator", "the provider simulator cannot start", ProviderRefusal,
-         (Code.SIM_HOST_NOT_LOOPBACK, Code.SIM_PORT_UNAVAILABLE, Code.SIM_LATENCY_SCALE_INVALID,
-          Code.SIM_SYSTEMS_INVALID, Code.SIM_SYSTEM_DUPLICATE_NAME, Code.SIM_ANSWERS_INVALID,
-          Code.SIM_ANSWERS_DUPLICATE_MATCH, Code.SIM_TASK_INVALID, Code.SIM_TASKS_EMPTY)),
-    Area("folders", "a folder cannot be read", InputRefusal,
-         (Code.FOLDER_MISSING, Code.NOT_A_FOLDER, Code.FOLDER_UNREADABLE)),
+         Code.SIM_HOST_NOT_LOOPBACK),
+    Area("folders", "a folder cannot be read", InputRefusal, Code.FOLDER_MISSING),
     Area("eval suites", "an eval suite, packet or private part is invalid", EvalRefusal,
-         (Code.PACKET_INVALID, Code.PACKET_FORBIDDEN_KEY, Code.PACKET_DUPLICATE_ITEM,
-          Code.PACKET_BLANK_RECORD, Code.PACKET_SHA256_MISMATCH, Code.PRIVATE_INVALID,
-          Code.PRIVATE_SHA256_MISMATCH, Code.PRIVATE_ITEMS_MISMATCH, Code.SUITE_INVALID,
-          Code.SUITE_SOURCE_MISSING, Code.SUITE_SOURCE_MISMATCH, Code.SUITE_ITEM_UNKNOWN,
-          Code.SUITE_ITEM_UNVERIFIABLE)),
-    Area("design", "the study design is invalid", PreregRefusal,
-         (Code.DESIGN_INVALID, Code.UNKNOWN_STAGE)),
+         Code.PACKET_INVALID),
+    Area("design", "the study design is invalid", PreregRefusal, Code.DESIGN_INVALID),
     Area("preregistration", "the preregistration is not frozen, changed or invalid", PreregRefusal,
-         (Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE, Code.PREREG_ALREADY_FROZEN,
-          Code.PREREG_UNEXPECTED_ENTRY, Code.PREREG_LOCKED, Code.PREREG_TEXT_EMPTY,
-          Code.SYSTEMS_MANIFEST_INVALID, Code.SYSTEMS_MANIFEST_MISMATCH,
-          Code.SYSTEMS_CATALOG_MISMATCH, Code.FROZEN_INVALID, Code.AMENDMENTS_INVALID,
-          Code.AMENDMENTS_COUNT_MISMATCH, Code.AMENDMENT_EMPTY, Code.AMENDMENT_REASON_EMPTY,
-          Code.AMENDMENT_CHANGES_STUDY, Code.DRAW_EXCEEDS_PACKET)),
-    Area("plan", "the study plan is invalid", PreregRefusal,
-         (Code.PLAN_INVALID, Code.PLAN_OUT_FORBIDDEN)),
+         Code.PREREG_NOT_FROZEN),
+    Area("plan", "the study plan is invalid", PreregRefusal, Code.PLAN_INVALID),
     Area("attempts and resume", "an attempt record or a resume is invalid", RunRefusal,
-         (Code.ATTEMPT_INVALID, Code.ATTEMPT_UNKNOWN_RUN_ID, Code.ATTEMPT_REQUEST_CHANGED,
-          Code.ATTEMPT_NUMBERING_INVALID, Code.ATTEMPT_RESPONSE_HASH_MISMATCH,
-          Code.ATTEMPT_AFTER_DELIVERY, Code.ATTEMPT_AFTER_FINAL, Code.ATTEMPT_LIMIT_EXCEEDED,
-          Code.RESUME_STAGE_UNKNOWN, Code.RESUME_OUT_CONFLICT)),
-    Area("study runner", "a stage cannot be run", RunRefusal,
-         (Code.RUN_PLAN_CHANGED, Code.RUN_ARCHIVE_MISMATCH, Code.RUN_FINAL_INVALID,
-          Code.RUN_LOG_INVALID, Code.RUN_PREFLIGHT_FAILED),
+         Code.ATTEMPT_INVALID),
+    Area("study runner", "a stage cannot be run", RunRefusal, Code.RUN_PLAN_CHANGED,
          also=(Code.INVOCATION_LOCKED, Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE)),
-    Area("report", "the report cannot be built", AuditRefusal,
-         (Code.REPORT_REFUSED,)),
+    Area("report", "the report cannot be built", AuditRefusal, Code.REPORT_REFUSED),
     Area("results folders", "a results folder cannot be found", AuditRefusal,
-         (Code.RESULTS_NOT_FOUND, Code.RESULTS_MIXED, Code.PREREG_NOT_FOUND)),
+         Code.RESULTS_NOT_FOUND),
     Area("local model", "the local model server cannot be used", ProviderRefusal,
-         (Code.LOCAL_MODEL_UNAVAILABLE, Code.LOCAL_MODEL_PORT_UNAVAILABLE,
-          Code.LOCAL_MODEL_ALREADY_RUNNING, Code.LOCAL_MODEL_NOT_RUNNING,
-          Code.LOCAL_MODEL_START_FAILED, Code.LOCAL_MODEL_START_TIMEOUT,
-          Code.LOCAL_MODEL_STATE_INVALID, Code.LOCAL_MODEL_FILE_INVALID)),
+         Code.LOCAL_MODEL_UNAVAILABLE),
     Area("audit and anchors", "an anchor cannot be written", AuditRefusal,
-         (Code.ANCHOR_REASON_INVALID,)),
+         Code.ANCHOR_REASON_INVALID),
     Area("analyze and batch", "a notebook or batch cannot be run", NotebookRefusal,
-         (Code.ANALYSIS_REFUSED, Code.ANALYSIS_FAILED, Code.BATCH_INVALID,
-          Code.BATCH_NOTEBOOK_MISSING)),
-    Area("CLI", "the command line itself", Refusal,
-         (Code.USAGE_ERROR, Code.INTERNAL_ERROR)),
+         Code.ANALYSIS_REFUSED),
+    Area("CLI", "the command line itself", Refusal, Code.USAGE_ERROR),
 )
 """Every area, in the order of `Code`'s body; each code belongs to exactly one area."""
 

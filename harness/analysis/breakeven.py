@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from harness.analysis.tables import validate_attempts
+from harness.audit.frame import validate_attempts
 
 __all__ = ["ORACLE_NOTE", "BreakEven", "break_even", "sensitivity_grid"]
 

@@ -17,7 +17,8 @@ from typing import Any, Final
 import polars as pl
 
 from harness.analysis.breakeven import break_even, sensitivity_grid
-from harness.analysis.tables import q_table, validate_attempts
+from harness.analysis.tables import q_table
+from harness.audit.frame import validate_attempts
 from harness.prereg.design import Comparison, Design, Stage
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
 from harness.stats.paired import independent_tost, paired_from_counts

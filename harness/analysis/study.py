@@ -28,16 +28,11 @@ from harness.analysis.frame_tables import (
 from harness.audit.report import build_report
 from harness.audit.results import StudyResults, open_study
 from harness.errors import Code, LogRefusal, Refusal
-from harness.evidence.chain import verify_log
+from harness.evidence.chain_read import verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.prereg.freeze import (
-    AMENDMENTS_NAME,
-    FROZEN_NAME,
-    FrozenPrereg,
-    amendments_seed,
-    check_frozen,
-)
+from harness.prereg.folder import AMENDMENTS_NAME, FROZEN_NAME
+from harness.prereg.frozen import FrozenPrereg, amendments_seed, check_frozen
 from harness.run.layout import LOGS, log_seed
 
 __all__ = [

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
+from harness.audit.frame import TOKEN_COLUMNS, validate_attempts
 from harness.stats.proportions import clopper_pearson_interval, wilson_interval
 
-__all__ = ["ATTEMPT_COLUMNS", "GROUP_KEYS", "TOKEN_COLUMNS", "q_table", "validate_attempts"]
+__all__ = ["GROUP_KEYS", "q_table"]
 
 # The q table's rows; `study` is a key too so a frame holding two studies never mixes them.
 GROUP_KEYS: tuple[str, ...] = ("study", "stage", "system", "arm")

@@ -13,19 +13,12 @@ from typing import Any
 
 from harness.audit.locate import PathArg, locate, study_design
 from harness.audit.oracle import Problem
-from harness.audit.stage import (
-    ANCHOR_REASONS,
-    LogCheck,
-    StageAudit,
-    StageCheck,
-    anchor_form,
-    files_below,
-)
+from harness.audit.stage import StageAudit, StageCheck, files_below
 from harness.errors import Refusal
-from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.run.anchor_push import Pushed, read_pushed, resolve_remote
 
-__all__ = ["ANCHOR_REASONS", "Audit", "LogCheck", "StageAudit", "anchor_form", "audit_results"]
+__all__ = ["Audit", "audit_results"]
 
 
 @dataclass(frozen=True)

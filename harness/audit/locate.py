@@ -14,7 +14,7 @@ from harness.errors import AuditRefusal, Code, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root
 from harness.prereg.design import Design, load_design
-from harness.prereg.freeze import check_frozen
+from harness.prereg.frozen import check_frozen
 from harness.run.layout import LOGS
 
 __all__ = ["Located", "PathArg", "locate", "study_design"]

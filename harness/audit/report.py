@@ -16,9 +16,9 @@ import polars as pl
 from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
 from harness.audit.oracle import Problem, run_problems
 from harness.errors import AuditRefusal, Code, Refusal
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.records.plan import Plan
 from harness.records.usage import CATEGORIES
 from harness.run.attempts import read_plan
@@ -47,9 +47,9 @@ def _problem(file: str, line: int | None, rule: str, message: str) -> Problem:
 
 
 def _fresh_plan_bytes(frozen: FrozenPrereg, stage: str) -> bytes:
-    from harness.run.setup import stage_plan_bytes as _stage_plan_bytes
+    from harness.run.setup import stage_plan_bytes
 
-    return _stage_plan_bytes(frozen.path, frozen.design, stage)
+    return stage_plan_bytes(frozen.path, frozen.design, stage)
 
 
 def _records(folder: str, study: str, stage: str, name: str) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from typing import Any, Final
 from harness.audit.oracle import Problem
 from harness.audit.report import check_stage
 from harness.errors import Refusal
-from harness.evidence.chain import PROBLEM_KINDS, ChainStatus, verify_log
+from harness.evidence.chain_read import PROBLEM_KINDS, ChainStatus, verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import lock_holder
 from harness.records.anchor import ANCHOR_FIELDS, ANCHOR_KIND

@@ -33,7 +33,8 @@ __all__ = [
 def run(args: argparse.Namespace) -> Outcome:
     """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
     after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
-    from harness.run.runner import RunProgress, run_stage
+    from harness.run.runner import run_stage
+    from harness.run.summary import RunProgress
 
     if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
         from harness.workers.sandbox import SANDBOX_ENV, resolve_sandbox
@@ -124,7 +125,7 @@ def audit(args: argparse.Namespace) -> Outcome:
 
 
 def prereg_check(args: argparse.Namespace) -> Outcome:
-    from harness.prereg.freeze import check_prereg
+    from harness.prereg.check import check_prereg
 
     return Outcome.of(check_prereg(args.dir))
 
@@ -156,14 +157,15 @@ def resume(args: argparse.Namespace) -> Outcome:
 
 
 def ledger_verify(args: argparse.Namespace) -> Outcome:
-    from harness.evidence.chain import verify_log
+    from harness.evidence.chain_read import verify_log
 
     report = verify_log(args.path, args.seed)
     return Outcome.of({**report.to_json(), "ok": report.ok})
 
 
 def ledger_repair(args: argparse.Namespace) -> Outcome:
-    from harness.evidence.chain import ChainedLog, verify_log
+    from harness.evidence.chain import ChainedLog
+    from harness.evidence.chain_read import verify_log
 
     seed = args.seed or verify_log(args.path).seed
     if seed is None:

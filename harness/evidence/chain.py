@@ -1,4 +1,4 @@
-"""Chained append-only JSONL logs: the writer (`ChainedLog`: append and repair) and every public name.
+"""Chained append-only JSONL logs: the writer (`ChainedLog`: append and repair); `chain_read` reads.
 
 The manual: docs/evidence.md.
 """
@@ -14,14 +14,11 @@ from typing import Any, Final
 
 from harness.errors import Code, InputRefusal, LogRefusal, Refusal
 from harness.evidence.chain_read import (
-    PROBLEM_KINDS,
     RESERVED,
-    ChainProblem,
     ChainStatus,
     PathArg,
     check_form,
     check_link,
-    open_regular,
     read_log,
     refuse_problem,
     scan_fd,
@@ -29,17 +26,9 @@ from harness.evidence.chain_read import (
     verify_log,
 )
 from harness.evidence.fsutil import fsync_dir
-from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.evidence.jsonio import canonical_bytes, open_regular, sha256_hex
 
-__all__ = [
-    "PROBLEM_KINDS",
-    "ChainProblem",
-    "ChainStatus",
-    "ChainedLog",
-    "read_log",
-    "seed_hash",
-    "verify_log",
-]
+__all__ = ["ChainedLog"]
 
 _CHUNK: Final = 16 * 1024 * 1024
 """Bytes read per step while counting lines."""

@@ -14,7 +14,6 @@ import json.encoder
 import operator
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,8 +21,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Final
 
-from harness.errors import Code, InputRefusal, LogRefusal, Refusal
-from harness.evidence.jsonio import MAX_DEPTH, file_kind, loads_strict, sha256_hex
+from harness.errors import Code, LogRefusal, Refusal
+from harness.evidence.jsonio import MAX_DEPTH, loads_strict, open_regular, sha256_hex
 
 __all__ = [
     "PROBLEM_KINDS",
@@ -33,7 +32,6 @@ __all__ = [
     "PathArg",
     "check_form",
     "check_link",
-    "open_regular",
     "read_log",
     "refuse_problem",
     "scan_fd",
@@ -375,39 +373,7 @@ def scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
 
 
 # --------------------------------------------------------------------------
-# Opening files
-
-
-def open_regular(path: str, flags: int) -> int:
-    """Open an existing regular file without blocking; refuse anything else by name."""
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise InputRefusal(
-                Code.DANGLING_LINK, f"link points to nothing: {os.readlink(path)!r}", path
-            ) from None
-        raise InputRefusal(Code.FILE_MISSING, "no such file", path) from None
-    except IsADirectoryError:
-        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a folder, not a file", path) from None
-    except PermissionError:
-        raise InputRefusal(Code.FILE_UNREADABLE, "permission denied", path) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputRefusal(Code.LINK_LOOP, "too many levels of links", path) from None
-        if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing without a reader
-            raise InputRefusal(
-                Code.NOT_A_REGULAR_FILE, "a socket or unopenable special file", path
-            ) from None
-        raise InputRefusal(Code.FILE_UNREADABLE, exc.strerror or str(exc), path) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputRefusal(Code.NOT_A_REGULAR_FILE, f"a {file_kind(st.st_mode)}, not a regular file", path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+# A reader's shared lock
 
 
 def _lock_shared(fd: int, path: str) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "canonical_line",
     "file_kind",
     "loads_strict",
+    "open_regular",
     "read_bytes",
     "read_json",
     "sha256_hex",
@@ -77,26 +78,9 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> b
     a device or a socket is a named refusal.
     """
     p = os.fspath(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        if os.path.islink(p):
-            raise InputRefusal(Code.DANGLING_LINK, f"link points to nothing: {os.readlink(p)!r}", p) from None
-        raise InputRefusal(Code.FILE_MISSING, "no such file", p) from None
-    except IsADirectoryError:
-        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a folder, not a file", p) from None
-    except PermissionError:
-        raise InputRefusal(Code.FILE_UNREADABLE, "permission denied", p) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputRefusal(Code.LINK_LOOP, "too many levels of links", p) from None
-        if exc.errno == errno.ENXIO:  # a socket, or a FIFO without a writer in some modes
-            raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a socket or unopenable special file", p) from None
-        raise InputRefusal(Code.FILE_UNREADABLE, exc.strerror or str(exc), p) from None
+    fd = open_regular(p, os.O_RDONLY)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputRefusal(Code.NOT_A_REGULAR_FILE, f"a {file_kind(st.st_mode)}, not a regular file", p)
         if st.st_size > max_bytes:
             raise InputRefusal(Code.FILE_TOO_LARGE, f"{st.st_size} bytes, limit {max_bytes}", p)
         chunks: list[bytes] = []
@@ -112,6 +96,38 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> b
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def open_regular(path: str, flags: int) -> int:
+    """Open an existing regular file without blocking; refuse anything else by name."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise InputRefusal(
+                Code.DANGLING_LINK, f"link points to nothing: {os.readlink(path)!r}", path
+            ) from None
+        raise InputRefusal(Code.FILE_MISSING, "no such file", path) from None
+    except IsADirectoryError:
+        raise InputRefusal(Code.NOT_A_REGULAR_FILE, "a folder, not a file", path) from None
+    except PermissionError:
+        raise InputRefusal(Code.FILE_UNREADABLE, "permission denied", path) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputRefusal(Code.LINK_LOOP, "too many levels of links", path) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing without a reader
+            raise InputRefusal(
+                Code.NOT_A_REGULAR_FILE, "a socket or unopenable special file", path
+            ) from None
+        raise InputRefusal(Code.FILE_UNREADABLE, exc.strerror or str(exc), path) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputRefusal(Code.NOT_A_REGULAR_FILE, f"a {file_kind(st.st_mode)}, not a regular file", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def file_kind(mode: int) -> str:

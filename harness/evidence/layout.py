@@ -10,7 +10,7 @@ import shutil
 from typing import AnyStr
 
 from harness.errors import Code, GateRefusal
-from harness.evidence.tree import TreeEntry
+from harness.evidence.tree_entry import TreeEntry
 
 __all__ = ["lay_entry", "real_parents", "remove_entry"]
 

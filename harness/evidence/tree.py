@@ -18,34 +18,9 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from harness.errors import Code, Refusal, TreeRefusal
-from harness.evidence.tree_entry import (
-    KINDS,
-    TREE_FORMAT,
-    TreeDiff,
-    TreeEntry,
-    TreeSignature,
-    diff_trees,
-    display_path,
-    manifest_from_json,
-    manifest_to_json,
-    signature_of,
-)
+from harness.evidence.tree_entry import TreeEntry, TreeSignature, signature_of
 
-__all__ = [
-    "DEFAULT_EXCLUDES",
-    "KINDS",
-    "TREE_FORMAT",
-    "TreeDiff",
-    "TreeEntry",
-    "TreeSignature",
-    "diff_trees",
-    "display_path",
-    "manifest_from_json",
-    "manifest_to_json",
-    "scan_tree",
-    "signature_of",
-    "tree_signature",
-]
+__all__ = ["DEFAULT_EXCLUDES", "scan_tree", "tree_signature"]
 
 PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import read_json
-from harness.evidence.tree import TreeEntry, manifest_from_json
+from harness.evidence.tree_entry import TreeEntry, manifest_from_json
 from harness.gate.workspace import Gate
 
 __all__ = ["baseline_entries"]

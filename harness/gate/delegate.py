@@ -19,19 +19,13 @@ from typing import Any
 from harness.errors import Code, GateRefusal, ProviderRefusal, TreeRefusal
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.layout import lay_entry, real_parents, remove_entry
-from harness.evidence.tree import (
-    TreeDiff,
-    TreeEntry,
-    diff_trees,
-    display_path,
-    scan_tree,
-    signature_of,
-)
+from harness.evidence.tree import scan_tree
+from harness.evidence.tree_entry import TreeDiff, TreeEntry, diff_trees, display_path, signature_of
 from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
 from harness.gate.metering import metering_proxy, socket_base_url
 from harness.gate.state import NESTED_ENV
 from harness.providers.catalog import load_catalog, resolve_model, worker_env
-from harness.workers.process import ProcessResult, run_group
+from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -115,7 +109,7 @@ def _output(path: str) -> tuple[str, bool]:
 
 
 @dataclass(frozen=True)
-class DelegateResult:
+class DelegateResult(WorkerOutcome):
     """One consult: who ran, what it printed, what it changed (and what was restored), its sandbox."""
 
     mode: str
@@ -134,14 +128,8 @@ class DelegateResult:
     proxy: dict[str, Any] | None
     process: ProcessResult
 
-    @property
-    def succeeded(self) -> bool:
-        """The worker exited 0 within its time."""
-        return self.process.exit_code == 0 and not self.process.timed_out
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.succeeded,
+        return self.outcome_json({
             "mode": self.mode,
             "model": self.model,
             "argv": list(self.argv),
@@ -156,8 +144,7 @@ class DelegateResult:
             "tree_after": self.tree_after,
             "sandbox": self.sandbox,
             "proxy": self.proxy,
-            **self.process.to_json(),
-        }
+        })
 
 
 def delegate(

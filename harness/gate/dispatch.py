@@ -1,6 +1,6 @@
 """`proctor dispatch`: run one worker in the workspace under the task's budget, and journal it.
 
-The manual: docs/gated-path.md.
+The manual: docs/gated-path.md; what its sandbox holds: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.evidence.tree import TreeEntry, TreeSignature, diff_trees, scan_tree, tree_signature
+from harness.evidence.tree import scan_tree, tree_signature
+from harness.evidence.tree_entry import TreeEntry, TreeSignature, diff_trees
 from harness.gate.choice import choose_model, lane_switch, next_lane, provider_switch
 from harness.gate.escalation import escalation_state, is_provider_failure
 from harness.gate.lanes import choose_lane
@@ -28,7 +29,7 @@ from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.providers.catalog import worker_env
 from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
-from harness.workers.process import ProcessResult, run_group
+from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
     PROXY_SOCKET_ENV,
@@ -112,7 +113,7 @@ def _refuse_tampering(
 
 
 @dataclass(frozen=True)
-class DispatchResult:
+class DispatchResult(WorkerOutcome):
     """How one dispatch ended: its id, lane, model, the worker's exit, the tree it left, its sandbox."""
 
     dispatch_id: str
@@ -127,14 +128,8 @@ class DispatchResult:
     sandbox: dict[str, Any]
     process: ProcessResult
 
-    @property
-    def succeeded(self) -> bool:
-        """The worker exited 0 within its time."""
-        return self.process.exit_code == 0 and not self.process.timed_out
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.succeeded,
+        return self.outcome_json({
             "dispatch_id": self.dispatch_id,
             "seq": self.seq,
             "lane": self.lane,
@@ -145,8 +140,7 @@ class DispatchResult:
             "output_file": self.output_file,
             "tree_after": self.tree_after.to_json(),
             "sandbox": self.sandbox,
-            **self.process.to_json(),
-        }
+        })
 
 
 def dispatch(

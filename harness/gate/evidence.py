@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from harness.evidence.jsonio import read_bytes
-from harness.evidence.tree import diff_trees, display_path, scan_tree
+from harness.evidence.tree import scan_tree
+from harness.evidence.tree_entry import diff_trees, display_path
 from harness.gate.baseline import baseline_entries
 from harness.gate.escalation import EscalationState
 from harness.gate.receipts import load_receipt

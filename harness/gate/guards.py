@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 
 from harness.evidence.jsonio import sha256_hex
-from harness.evidence.tree import TreeEntry, display_path
+from harness.evidence.tree_entry import TreeEntry, display_path
 
 __all__ = [
     "ANCESTOR_INPUT_NAMES",

@@ -12,14 +12,8 @@ from typing import Any
 from harness._version import __version__
 from harness.errors import Code, GateRefusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.evidence.tree import (
-    DEFAULT_EXCLUDES,
-    TreeSignature,
-    display_path,
-    manifest_to_json,
-    scan_tree,
-    signature_of,
-)
+from harness.evidence.tree import DEFAULT_EXCLUDES, scan_tree
+from harness.evidence.tree_entry import TreeSignature, display_path, manifest_to_json, signature_of
 from harness.gate.guards import ancestor_inputs, seal_matches
 from harness.gate.lanes import LaneDecision, choose_lane
 from harness.gate.seal import seal_files, store_hidden

@@ -66,7 +66,7 @@ def wire_end(metering: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     are what the file verifies to now. `proctor record` later requires the file
     to end at the same `lines` and `head`.
     """
-    from harness.evidence.chain import verify_log
+    from harness.evidence.chain_read import verify_log
     from harness.meter.wire import wire_seed
 
     path = metering["wire_log"]

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, MeterRefusal
-from harness.evidence.chain import ChainedLog, verify_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.gate.escalation import escalation_state
 from harness.gate.receipts import load_receipt

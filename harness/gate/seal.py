@@ -14,7 +14,8 @@ from harness.errors import Code, GateRefusal, TreeRefusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import real_parents, remove_entry
-from harness.evidence.tree import TreeEntry, display_path, scan_tree, signature_of
+from harness.evidence.tree import scan_tree
+from harness.evidence.tree_entry import TreeEntry, display_path, signature_of
 from harness.gate.task import HiddenInput
 
 __all__ = ["check_copies", "lay_hidden", "restore_sealed", "seal_files", "store_hidden"]

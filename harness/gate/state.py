@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, TreeRefusal
-from harness.evidence.chain import ChainedLog, read_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import read_log
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
 from harness.evidence.jsonio import Loaded, canonical_bytes, read_json, sha256_hex

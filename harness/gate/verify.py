@@ -1,6 +1,6 @@
 """`proctor verify`: run the pinned verifier on a fresh copy of the workspace and write a receipt.
 
-The manual: docs/gated-path.md.
+The manual: docs/gated-path.md; what its sandbox holds: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ from harness.errors import Code, GateRefusal
 from harness.evidence.fsutil import ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import lay_entry
-from harness.evidence.tree import (
-    TreeEntry,
-    scan_tree,
-    signature_of,
-)
+from harness.evidence.tree import scan_tree
+from harness.evidence.tree_entry import TreeEntry, signature_of
 from harness.gate.baseline import baseline_entries
 from harness.gate.escalation import fingerprint
 from harness.gate.guards import (

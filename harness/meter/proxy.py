@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from harness.errors import Code, InputRefusal, MeterRefusal, Refusal
-from harness.evidence.chain import seed_hash, verify_log
+from harness.evidence.chain_read import seed_hash, verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.meter.exchange import redact_url
 from harness.meter.relay import ProxyServer, UnixProxyServer

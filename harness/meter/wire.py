@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.errors import Code, MeterRefusal
-from harness.evidence.chain import ChainedLog, read_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.exchange import (

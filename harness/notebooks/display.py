@@ -1,7 +1,7 @@
 """Plain tables for a notebook: what the runner returns (`RunSummary`, `RunProgress`) and a stage's anchors.
 
 A `Table` is rows of plain dicts that render as aligned text (papermill's logs)
-and as HTML (Jupyter). `harness.notebooks.stage` re-exports every name here.
+and as HTML (Jupyter); `notebooks/run_study.ipynb` imports this module as `tables`.
 
 The manual: docs/notebooks.md.
 """
@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.evidence.chain import read_log, verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.run.layout import log_seed
 from harness.run.summary import RunProgress, RunSummary
 

@@ -1,4 +1,4 @@
-"""What `notebooks/run_study.ipynb` calls: paths, tables, the progress display, and papermill.
+"""What `notebooks/run_study.ipynb` calls besides its tables (`display`): the progress display, the checks, papermill.
 
 The manual: docs/notebooks.md.
 """
@@ -13,46 +13,29 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from harness.errors import AuditRefusal, Code, Refusal, as_code
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.evidence.clock import Clock
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.evidence.paths import repo_root, resolve
-from harness.notebooks.display import (
-    Table,
-    anchors_table,
-    cells_table,
-    preflight_table,
-    progress_table,
-    summary_table,
-)
+from harness.notebooks.display import Table, progress_table
 from harness.run.anchors import OUTPUT_REASONS, output_manifest_name
 from harness.run.layout import LOGS, log_seed, stage_folder
 from harness.run.summary import RunProgress, RunSummary
 
 __all__ = [
     "KERNEL_NAME",
-    "OUTPUT_REASONS",
     "PapermillRun",
     "PreflightFailed",
     "StageIncomplete",
-    "Table",
     "anchor_notebook",
     "anchor_outputs",
-    "anchors_table",
-    "cells_table",
     "execute_notebook",
-    "output_manifest_name",
-    "preflight_table",
-    "progress_table",
-    "repo_root",
     "require_complete",
     "require_preflight",
-    "resolve",
     "run_papermill",
     "run_with_progress",
     "study_base_urls",
-    "summary_table",
 ]
 
 KERNEL_NAME: Final = "python3"

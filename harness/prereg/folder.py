@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from harness.errors import Code, InputRefusal, PreregRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes, sha256_hex
-from harness.prereg.design import Design, design_from_bytes
-from harness.providers.catalog import Catalog, parse_catalog
+from harness.prereg.design import Design, System, design_from_bytes
+from harness.providers.catalog import Catalog, CatalogModel, parse_catalog
 
 __all__ = [
     "AMENDMENTS_NAME",
@@ -28,6 +28,7 @@ __all__ = [
     "REQUIRED_FILES",
     "Contents",
     "Prepared",
+    "catalog_mismatches",
     "locked",
     "open_folder",
     "prepare",
@@ -237,14 +238,21 @@ def _check_catalog(catalog: Catalog, design: Design) -> None:
         if model is None:
             problems.append(f"system {system.slot}: model {system.model!r} is not in catalog.toml")
             continue
-        if model.provider != system.provider:
-            problems.append(f"system {system.slot}: provider {system.provider!r} in design.toml, "
-                            f"{model.provider!r} in catalog.toml")
-        if model.pricing_key != system.pricing_key:
-            problems.append(f"system {system.slot}: pricing key {system.pricing_key!r} in design.toml, "
-                            f"{model.pricing_key!r} in catalog.toml")
+        problems += catalog_mismatches(system, model, CATALOG_NAME)
     if problems:
         raise PreregRefusal(Code.SYSTEMS_CATALOG_MISMATCH, "; ".join(problems), catalog.path, problems=problems)
+
+
+def catalog_mismatches(system: System, model: CatalogModel, catalog: str) -> list[str]:
+    """Where a design's system and its catalog model (in `catalog`, as named in a message) disagree."""
+    problems = []
+    if model.provider != system.provider:
+        problems.append(f"system {system.slot}: provider {system.provider!r} in design.toml, "
+                        f"{model.provider!r} in {catalog}")
+    if model.pricing_key != system.pricing_key:
+        problems.append(f"system {system.slot}: pricing key {system.pricing_key!r} in design.toml, "
+                        f"{model.pricing_key!r} in {catalog}")
+    return problems
 
 
 def resolve_packet(design: Design) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""The preregistration folder (`prereg/<study>/`): freeze and amend, and every name of its parts.
+"""The preregistration folder (`prereg/<study>/`): freeze and amend.
 
 The manual: docs/prereg.md.
 """
@@ -15,15 +15,11 @@ from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_line, sha256_hex
-from harness.prereg.check import check_prereg
 from harness.prereg.folder import (
     AMENDMENTS_NAME,
     FROZEN_NAME,
-    REQUIRED_FILES,
-    Prepared,
     locked,
     open_folder,
-    prepare,
     read_folder,
     refuse_odd,
     resolve_packet,
@@ -32,11 +28,8 @@ from harness.prereg.folder import (
 from harness.prereg.frozen import (
     FROZEN_SCHEMA,
     Amendment,
-    FileChange,
-    FrozenPrereg,
     amendments_seed,
     apply_amendment,
-    check_frozen,
     check_replay,
     count_mismatch,
     diff_files,
@@ -46,23 +39,7 @@ from harness.prereg.frozen import (
     read_frozen,
 )
 
-__all__ = [
-    "AMENDMENTS_NAME",
-    "FROZEN_NAME",
-    "FROZEN_SCHEMA",
-    "REQUIRED_FILES",
-    "Amendment",
-    "FileChange",
-    "FrozenPrereg",
-    "Prepared",
-    "amend",
-    "amendments_seed",
-    "check_frozen",
-    "check_prereg",
-    "freeze",
-    "prepare",
-    "resolve_packet",
-]
+__all__ = ["amend", "freeze"]
 
 
 def _write_frozen(

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from harness.errors import Code, PreregRefusal, Refusal
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import (
     canonical_bytes,
     canonical_line,

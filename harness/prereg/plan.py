@@ -15,7 +15,8 @@ from harness.evals.suite import Packet, PacketItem, load_packet
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
 from harness.prereg.design import Design, System
-from harness.prereg.freeze import check_frozen
+from harness.prereg.folder import catalog_mismatches
+from harness.prereg.frozen import check_frozen
 from harness.prereg.order import draw, permutation
 from harness.providers.base import GenerationSettings
 from harness.providers.catalog import (
@@ -152,12 +153,7 @@ class _Bodies:
         for system in design.systems:
             model = resolve_model(catalog, system.model)
             # The same rule freeze applies to a folder's own catalog.toml, here for the bundled one too.
-            if model.provider != system.provider:
-                problems.append(f"system {system.slot}: provider {system.provider!r} in design.toml, "
-                                f"{model.provider!r} in the catalog")
-            if model.pricing_key != system.pricing_key:
-                problems.append(f"system {system.slot}: pricing key {system.pricing_key!r} in design.toml, "
-                                f"{model.pricing_key!r} in the catalog")
+            problems += catalog_mismatches(system, model, "the catalog")
             self.models[system.slot] = model
         if problems:
             raise PreregRefusal(Code.SYSTEMS_CATALOG_MISMATCH, "; ".join(problems), catalog.path, problems=problems)

@@ -128,6 +128,11 @@ class Fields:
         if bad is not None:
             raise self.bad(bad)
 
+    def values(self, shape: Shape) -> dict[str, Any]:
+        """The fields of `shape` but `kind`, once every one is present with its type (`shape`)."""
+        self.shape(shape)
+        return {k: self.obj[k] for k in shape if k != "kind"}
+
     def string(self, key: str, *, nullable: bool = False, empty_ok: bool = True) -> str | None:
         value = self.obj[key]
         if value is None and nullable:

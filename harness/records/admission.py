@@ -59,8 +59,7 @@ class Admission:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> Admission:
         """An admission read strictly (`run_log_invalid`): its kind and every field with its type."""
-        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(ADMISSION_FIELDS)
-        values = {k: obj[k] for k in ADMISSION_FIELDS if k != "kind"}
+        values = Fields(obj, line, path, code=Code.RUN_LOG_INVALID).values(ADMISSION_FIELDS)
         values["ceiling"] = CeilingState(**{k: obj["ceiling"][k] for k in _CEILING})
         return cls(**values)
 

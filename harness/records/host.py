@@ -46,8 +46,7 @@ class HostSample:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> HostSample:
         """A sample read strictly (`run_log_invalid`): its kind and every field with its type."""
-        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(HOST_FIELDS)
-        return cls(**{k: obj[k] for k in HOST_FIELDS if k != "kind"})
+        return cls(**Fields(obj, line, path, code=Code.RUN_LOG_INVALID).values(HOST_FIELDS))
 
 
 def _nullable(what: str, ok: Any) -> Field:

@@ -41,13 +41,23 @@ class JournalEvent:
     KIND: ClassVar[str]
     OPTIONAL: ClassVar[frozenset[str]] = frozenset()
     LEGACY: ClassVar[frozenset[str]] = frozenset()
+    SPREAD: ClassVar[tuple[str, tuple[str, ...]] | None] = None
+    """A dict field written spread into the line, last, and the keys read back into it."""
 
     def fields(self) -> dict[str, Any]:
-        """The event's own fields in declaration order, tuples as lists."""
-        return write(self, _RENAME, self.OPTIONAL)
+        """The event's own fields in declaration order, tuples as lists; a `SPREAD` field's keys last."""
+        out = write(self, _RENAME, self.OPTIONAL)
+        if self.SPREAD is None:
+            return out
+        name = self.SPREAD[0]
+        out.pop(name, None)
+        return {**out, **(getattr(self, name) or {})}
 
 
 _RENAME: Final = {"from_lane": "from", "to_lane": "to"}
+_MODEL_KEYS: Final = ("model", "api_model", "provider", "api_shape", "pricing_key", "model_choice", "catalog",
+                      "upstream", "metering", "worker_network", "wire_log", "wire_name")  # fmt: skip
+_PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s", "process_tracking")
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class DispatchStart(JournalEvent):
 
     KIND: ClassVar[str] = "dispatch_start"
     LEGACY: ClassVar[frozenset[str]] = frozenset({"sandbox", "evidence_file", "preflight"})
+    SPREAD: ClassVar[tuple[str, tuple[str, ...]] | None] = ("model", _MODEL_KEYS)
     dispatch_id: str
     seq: int
     argv: tuple[str, ...]
@@ -81,10 +92,6 @@ class DispatchStart(JournalEvent):
     sandbox: dict[str, Any] | None
     model: dict[str, Any] | None = None
 
-    def fields(self) -> dict[str, Any]:
-        out = {k: v for k, v in super().fields().items() if k != "model"}
-        return {**out, **(self.model or {})}
-
 
 @dataclass(frozen=True)
 class DispatchEnd(JournalEvent):
@@ -94,6 +101,7 @@ class DispatchEnd(JournalEvent):
     OPTIONAL: ClassVar[frozenset[str]] = frozenset(
         {"output_sha256", "tree_after", "provider_failure", "wire", "spawn_error", "process"}
     )
+    SPREAD: ClassVar[tuple[str, tuple[str, ...]] | None] = ("process", _PROCESS_KEYS)
     dispatch_id: str
     seq: int
     output_sha256: str | None = None
@@ -103,10 +111,6 @@ class DispatchEnd(JournalEvent):
     spawn_error: str | None = None
     detached_pids: tuple[int, ...] = ()
     process: dict[str, Any] | None = None
-
-    def fields(self) -> dict[str, Any]:
-        out = {k: v for k, v in super().fields().items() if k != "process"}
-        return {**out, **(self.process or {})}
 
 
 @dataclass(frozen=True)
@@ -210,10 +214,6 @@ EVENT_TYPES: Final[dict[str, type[JournalEvent]]] = {
                 VerifyEvent, OverrideEvent, AcceptEvent, AckEvent, RecordEvent, RefusedEvent)
 }  # fmt: skip
 
-_MODEL_KEYS: Final = ("model", "api_model", "provider", "api_shape", "pricing_key", "model_choice", "catalog",
-                      "upstream", "metering", "worker_network", "wire_log", "wire_name")  # fmt: skip
-_PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s", "process_tracking")
-
 
 def event_from_json(line: object, path: str | None = None) -> JournalEvent:
     """Read one journal line strictly into its kind's type; `log_record_invalid` names the problem."""
@@ -224,12 +224,10 @@ def event_from_json(line: object, path: str | None = None) -> JournalEvent:
     if cls is None:
         raise LogRefusal(Code.LOG_RECORD_INVALID, f"unknown journal event {kind!r}", path)
     body = {k: v for k, v in line.items() if k not in _ENVELOPE and k not in CHAIN_KEYS}
-    if cls is DispatchStart:
-        model = {k: body.pop(k) for k in _MODEL_KEYS if k in body}
-        body["model"] = model or None
-    elif cls is DispatchEnd:
-        process = {k: body.pop(k) for k in _PROCESS_KEYS if k in body}
-        body["process"] = process or None
+    if cls.SPREAD is not None:
+        name, keys = cls.SPREAD
+        spread = {k: body.pop(k) for k in keys if k in body}
+        body[name] = spread or None
     defaulted = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
     optional = frozenset(_RENAME.get(n, n) for n in cls.LEGACY | cls.OPTIONAL | defaulted)
     return read(cls, body, code=Code.LOG_RECORD_INVALID, path=path, optional=optional, rename=_RENAME)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
-from harness.evidence.chain import verify_log
+from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.records.anchor import Anchor
 

@@ -2,7 +2,6 @@
 
 The record itself (`model-attempt.v1`, its fields and its strict check) is
 `harness.records.attempt`; the plan and its reader are `harness.records.plan`.
-Both are re-exported here for their callers.
 
 The manual: docs/records.md.
 """
@@ -17,45 +16,13 @@ from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost
 from harness.providers.base import Exchange
 from harness.providers.registry import API_SHAPES
-from harness.records.attempt import (
-    ATTEMPT_ERROR_CODES,
-    ATTEMPT_KIND,
-    HARNESS_ERROR_CODES,
-    Attempt,
-    decode_response_raw,
-    raw_form,
-    validate_attempt,
-)
-from harness.records.plan import (
-    ATTEMPTS_SEED_PREFIX,
-    PLAN_HEADER_KIND,
-    PLAN_REQUEST_KIND,
-    Plan,
-    PlanCell,
-    attempts_seed,
-)
+from harness.records.attempt import Attempt, raw_form, validate_attempt
+from harness.records.plan import Plan, PlanCell
 from harness.records.plan import read_plan as _read_plan
 from harness.records.usage import TokenUsage
 
-__all__ = [
-    "ATTEMPTS_SEED_PREFIX",
-    "ATTEMPT_ERROR_CODES",
-    "ATTEMPT_KIND",
-    "HARNESS_ERROR_CODES",
-    "PLAN_HEADER_KIND",
-    "PLAN_REQUEST_KIND",
-    "Plan",
-    "PlanRequest",
-    "attempt_from_exchange",
-    "attempts_seed",
-    "decode_response_raw",
-    "error_attempt",
-    "never_sent",
-    "read_plan",
-    "validate_attempt",
-]
+__all__ = ["attempt_from_exchange", "error_attempt", "never_sent", "read_plan"]
 
-PlanRequest = PlanCell
 """A plan line as read back (the same type as planned; `line` says where it was read)."""
 PathArg = str | os.PathLike[str]
 
@@ -66,7 +33,7 @@ def read_plan(path: PathArg) -> Plan:
 
 
 def _record(
-    request: PlanRequest,
+    request: PlanCell,
     attempt_no: int,
     *,
     started: float,
@@ -105,7 +72,7 @@ def never_sent(exchange: Exchange) -> bool:
 
 
 def attempt_from_exchange(
-    plan_request: PlanRequest, attempt_no: int, exchange: Exchange, cost: Cost
+    plan_request: PlanCell, attempt_no: int, exchange: Exchange, cost: Cost
 ) -> dict[str, Any]:
     """The record of one exchange: delivered when the adapter parsed it as usable, else an error.
 
@@ -150,7 +117,7 @@ def attempt_from_exchange(
 
 
 def error_attempt(
-    plan_request: PlanRequest,
+    plan_request: PlanCell,
     attempt_no: int,
     *,
     error_code: str,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import Code, Refusal
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.records._shape import CHAIN_KEYS, refusal
 from harness.records.attempt import validate_run_attempt

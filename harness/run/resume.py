@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from harness.errors import Code, InputRefusal, LogRefusal, Refusal, RunRefusal
-from harness.evidence.chain import read_log, seed_hash
+from harness.evidence.chain_read import read_log, seed_hash
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
 from harness.records.attempt import validate_attempt

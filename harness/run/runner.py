@@ -22,27 +22,14 @@ from harness.evidence.lock import InvocationLock
 from harness.providers.transport import Transport
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
-from harness.run.setup import (
-    StageSetup,
-    load_stage_ledger,
-    requests_from,
-    setup_stage,
-    stage_plan_bytes,
-)
+from harness.run.setup import load_stage_ledger, requests_from, setup_stage
 from harness.run.summary import RunProgress, RunSummary
 from harness.run.upkeep import Upkeep, deferred_signals
 
-__all__ = ["RunProgress", "RunSummary", "run_stage"]
+__all__ = ["run_stage"]
 
 LATE_COST_GRACE_S: Final = 30.0
 """At most this long (and at most one deadline) the end waits for abandoned requests' spend."""
-
-# The set-up's names as the runner's tests and callers knew them.
-_Setup = StageSetup
-_stage_plan_bytes = stage_plan_bytes
-_setup = setup_stage
-_requests_from = requests_from
-_load = load_stage_ledger
 
 
 class _Engine(Upkeep):

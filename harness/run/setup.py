@@ -19,7 +19,7 @@ from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_line, read_bytes
 from harness.meter.pricing import BUNDLED_PRICING, Price, load_pricing
 from harness.prereg.design import Design
-from harness.prereg.freeze import FrozenPrereg, check_frozen
+from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE, plan_study
 from harness.providers.catalog import BUNDLED_CATALOG, CatalogModel, load_catalog, resolve_model
 from harness.records.plan import PlanCell

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ProcessResult", "become_subreaper", "descendants", "run_group"]
+__all__ = ["ProcessResult", "WorkerOutcome", "become_subreaper", "descendants", "run_group"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _GRACE_S = 2.0
@@ -49,6 +49,21 @@ class ProcessResult:
             "detached_pids": list(self.detached_pids),
             "process_tracking": self.tracking,
         }
+
+
+class WorkerOutcome:
+    """What a gated command returns about a worker it ran: `succeeded`, and its JSON with the process fields."""
+
+    process: ProcessResult
+
+    @property
+    def succeeded(self) -> bool:
+        """The worker exited 0 within its time."""
+        return self.process.exit_code == 0 and not self.process.timed_out
+
+    def outcome_json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """`{"ok": succeeded, **fields, **process fields}`: the command's `--json` object."""
+        return {"ok": self.succeeded, **fields, **self.process.to_json()}
 
 
 _subreaper: bool | None = None

@@ -11,7 +11,12 @@ import polars as pl
 import pytest
 
 from harness.analysis.figures import SVG_HASH_SALT, forest_plot, savings_plot
-from harness.analysis.study import BREAKEVEN_SCHEMA, COMPARISON_SCHEMA, FrameTables, analyze_frame
+from harness.analysis.frame_tables import (
+    BREAKEVEN_SCHEMA,
+    COMPARISON_SCHEMA,
+    FrameTables,
+    analyze_frame,
+)
 from tests.support.analysis import design, frame
 from tests.support.paths import REPO
 

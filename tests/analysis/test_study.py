@@ -26,8 +26,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.analysis.breakeven import ORACLE_NOTE
-from harness.analysis.study import analyze_frame, analyze_study, table_csv, write_tables
-from harness.analysis.tables import ATTEMPT_COLUMNS, q_table
+from harness.analysis.frame_tables import analyze_frame
+from harness.analysis.study import analyze_study, table_csv, write_tables
+from harness.analysis.tables import q_table
+from harness.audit.frame import ATTEMPT_COLUMNS
 from harness.audit.report import build_report
 from harness.errors import Refusal
 from harness.stats.paired import cluster_robust_se, independent_tost, paired_comparison

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.analysis.breakeven import ORACLE_NOTE, break_even, sensitivity_grid
-from harness.analysis.tables import ATTEMPT_COLUMNS, TOKEN_COLUMNS, q_table, validate_attempts
+from harness.analysis.tables import q_table
+from harness.audit.frame import ATTEMPT_COLUMNS, TOKEN_COLUMNS, validate_attempts
 from harness.stats.proportions import clopper_pearson_interval, wilson_interval
 
 SCHEMA: dict[str, Any] = {

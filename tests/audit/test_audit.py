@@ -31,13 +31,16 @@ from typing import Any
 
 import pytest
 
-from harness.audit.audit import ANCHOR_REASONS, Audit, anchor_form, audit_results
+from harness.audit.audit import Audit, audit_results
+from harness.audit.stage import ANCHOR_REASONS, anchor_form
 from harness.errors import Refusal
-from harness.evidence.chain import ChainedLog, read_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
-from harness.notebooks.stage import anchor_outputs, output_manifest_name
+from harness.notebooks.stage import anchor_outputs
 from harness.prereg.freeze import amend
-from harness.run.records import log_seed
+from harness.run.anchors import output_manifest_name
+from harness.run.layout import log_seed
 from harness.run.runner import run_stage
 from tests.support.cli import run_proctor
 from tests.support.oracle import Records, rebuild

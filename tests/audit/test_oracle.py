@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.audit.oracle import Problem, run_problems
-from harness.evidence.chain import seed_hash
+from harness.evidence.chain_read import seed_hash
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.run.records import ceiling_total, log_seed
+from harness.run.layout import log_seed
+from harness.run.rules import ceiling_total
 from harness.run.runner import run_stage
 from tests.support.oracle import Records, reanchor, rebuild, rewrite, strip
 from tests.support.study import Sim, logs, prereg, sim_servers, system, urls

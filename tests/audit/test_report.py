@@ -19,14 +19,15 @@ from typing import Any
 import polars as pl
 import pytest
 
-from harness.analysis.tables import ATTEMPT_COLUMNS, q_table, validate_attempts
+from harness.analysis.tables import q_table
+from harness.audit.frame import ATTEMPT_COLUMNS, validate_attempts
 from harness.audit.oracle import run_problems
 from harness.audit.report import build_report
 from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
-from harness.prereg.freeze import check_frozen
-from harness.run.runner import _stage_plan_bytes
-from tests.support.oracle import Records, rebuild
+from harness.prereg.frozen import check_frozen
+from harness.run.setup import stage_plan_bytes
+from tests.support.oracle import Records, flip_verdict, rebuild
 from tests.support.paths import REPO
 from tests.support.study import logs, prereg, sim_servers, system, urls
 
@@ -163,17 +164,7 @@ def test_an_edited_receipt_is_refused(copy: Callable[[str], tuple[Path, Path]]) 
 def test_a_receipt_whose_verdict_is_not_the_finals_is_refused(copy: Callable[[str], tuple[Path, Path]]) -> None:
     # the receipt and its sha256 consistent, but its verdict not the final's: only the report's own rule sees it
     p, folder = copy("clean")
-
-    def edit(recs: Records) -> None:
-        f = recs["finals"][0]
-        path = folder / f["receipt"]
-        body = json.loads(path.read_bytes())
-        body["passed"] = not body["passed"]
-        data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        path.write_bytes(data)
-        f["receipt_sha256"] = sha256_hex(data)
-
-    rebuild(folder, p, edit)
+    rebuild(folder, p, lambda recs: flip_verdict(folder, recs["finals"][0]))
     exc = refused(folder, p)
     assert rules(exc) == {"receipt"}
 
@@ -192,7 +183,7 @@ def test_a_different_valid_plan_is_refused(copy: Callable[[str], tuple[Path, Pat
     p, folder = copy("clean")
     other = prereg(tmp_path / "other", items=5)
     frozen = check_frozen(other)
-    (folder / "plan.jsonl").write_bytes(_stage_plan_bytes(frozen.path, frozen.design, "A"))
+    (folder / "plan.jsonl").write_bytes(stage_plan_bytes(frozen.path, frozen.design, "A"))
     exc = refused(folder, p)
     assert "plan_changed" in rules(exc)
     out = cli(str(folder), "--prereg", str(p), "--json")

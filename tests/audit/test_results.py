@@ -12,15 +12,15 @@ import pytest
 from harness.audit.results import find_prereg, find_stages, open_study, stage_folders
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
-from harness.prereg.freeze import check_frozen
-from harness.run.runner import _stage_plan_bytes
+from harness.prereg.frozen import check_frozen
+from harness.run.setup import stage_plan_bytes
 from tests.support.study import prereg
 
 
 def _stage(results: Path, prereg_dir: Path, stage: str = "A", *, study: str = "rt") -> Path:
     """A stage folder holding the frozen preregistration's plan (its study renamed when asked)."""
     frozen = check_frozen(prereg_dir)
-    raw = _stage_plan_bytes(frozen.path, frozen.design, "A")
+    raw = stage_plan_bytes(frozen.path, frozen.design, "A")
     if study != "rt":
         lines = [json.loads(line) for line in raw.splitlines()]
         raw = b"".join(canonical_bytes({**obj, "study": study}) + b"\n" for obj in lines)

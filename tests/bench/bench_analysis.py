@@ -22,7 +22,8 @@ import polars as pl
 import pytest
 
 from harness.analysis.breakeven import break_even, sensitivity_grid
-from harness.analysis.tables import TOKEN_COLUMNS, q_table
+from harness.analysis.tables import q_table
+from harness.audit.frame import TOKEN_COLUMNS
 
 pytestmark = pytest.mark.bench
 
@@ -190,7 +191,7 @@ def _loop_comparisons(frame: pl.DataFrame, design: Any) -> dict[tuple[str, str, 
 
 
 def test_study_analysis_million_rows() -> None:
-    from harness.analysis.study import analyze_frame
+    from harness.analysis.frame_tables import analyze_frame
 
     frame = _frame(ROWS)
     design = _bench_design()

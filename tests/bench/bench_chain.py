@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.evidence.chain import ChainedLog, seed_hash, verify_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import seed_hash, verify_log
 from harness.evidence.jsonio import canonical_bytes
 
 pytestmark = pytest.mark.bench

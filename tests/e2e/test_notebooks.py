@@ -20,21 +20,21 @@ from papermill.exceptions import PapermillExecutionError
 
 from harness.audit.oracle import run_problems
 from harness.errors import Refusal
-from harness.evidence.chain import read_log, verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
+from harness.evidence.paths import repo_root, resolve
+from harness.notebooks.display import Table
 from harness.notebooks.stage import (
     StageIncomplete,
-    Table,
     execute_notebook,
-    repo_root,
     require_complete,
-    resolve,
     run_with_progress,
     study_base_urls,
 )
 from harness.prereg.freeze import freeze
-from harness.run.records import RunProgress, RunSummary, log_seed
+from harness.run.layout import log_seed
+from harness.run.summary import RunProgress, RunSummary
 from tests.support.paths import REPO
 from tests.support.sim import SimServer, sim_systems
 

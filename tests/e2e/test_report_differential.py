@@ -43,12 +43,13 @@ import pytest
 from harness.audit.oracle import Problem, run_problems
 from harness.audit.report import build_report
 from harness.errors import Refusal
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
-from harness.prereg.freeze import check_frozen
+from harness.prereg.frozen import check_frozen
 from harness.run.attempts import read_plan
-from harness.run.records import log_seed, receipt_name
-from harness.run.runner import _stage_plan_bytes, run_stage
+from harness.run.layout import log_seed, receipt_name
+from harness.run.runner import run_stage
+from harness.run.setup import stage_plan_bytes
 from tests.support.oracle import Records, rebuild, rewrite, strip
 from tests.support.study import logs, prereg, sim_servers, system, urls
 
@@ -809,7 +810,7 @@ def frozen_hash_changed(cell: Cell) -> Caught:
 @fault(seeded=False)
 def plan_replaced(cell: Cell) -> Caught:
     other = check_frozen(prereg(cell.folder.parent.parent.parent / "other", items=5))
-    (cell.folder / "plan.jsonl").write_bytes(_stage_plan_bytes(other.path, other.design, "A"))
+    (cell.folder / "plan.jsonl").write_bytes(stage_plan_bytes(other.path, other.design, "A"))
     return Caught(frozenset({"anchor"}), report="plan_changed")
 
 
@@ -879,7 +880,7 @@ def test_both_accept_every_real_run(runs: Callable[[str], tuple[Path, Path]], ru
     p, folder, fresh = place(runs, run, tmp_path)
     assert RUNS[run].features <= features(folder), features(folder)
     frozen = check_frozen(p)
-    assert fresh == _stage_plan_bytes(frozen.path, frozen.design, "A")
+    assert fresh == stage_plan_bytes(frozen.path, frozen.design, "A")
     v = verdicts(folder, p, fresh)
     assert_agree(v)
     assert not v.refused and v.oracle == [] and run_problems(folder.parent.parent) == []

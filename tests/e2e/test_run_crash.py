@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.oracle import Problem, run_problems
-from harness.run.records import cost_for_spend
+from harness.run.rules import cost_for_spend
 from tests.support.paths import REPO
 from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system
 

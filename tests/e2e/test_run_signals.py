@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from harness.audit.oracle import run_problems
-from harness.evidence.chain import ChainedLog, verify_log
-from harness.run.records import log_seed
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import verify_log
+from harness.run.layout import log_seed
 from tests.support.paths import REPO
 from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system
 

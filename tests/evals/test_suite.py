@@ -19,7 +19,6 @@ from harness.evals.humaneval import SOURCE_SHA256, SOURCE_VERSION, build_humanev
 from harness.evals.suite import FORBIDDEN_KEYS, load_packet, load_private, load_suite
 from harness.evals.tasks import build_tasks
 from harness.evals.verify_humaneval import (
-    ITEM_RECEIPT_SCHEMA,
     VerifierUnavailable,
     WarmVerifier,
     check_program,
@@ -28,6 +27,7 @@ from harness.evals.verify_humaneval import (
     human_eval_completion,
     verify_response,
 )
+from harness.records.receipt import ITEM_RECEIPT_SCHEMA
 from tests.support.cli import run_proctor
 from tests.support.paths import REPO
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from harness.errors import Refusal
 from harness.evidence import chain_read
-from harness.evidence.chain import (
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import (
     PROBLEM_KINDS,
-    ChainedLog,
     ChainProblem,
     ChainStatus,
     read_log,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, loads_strict
-from harness.evidence.tree import (
-    DEFAULT_EXCLUDES,
+from harness.evidence.tree import DEFAULT_EXCLUDES, scan_tree, tree_signature
+from harness.evidence.tree_entry import (
     TREE_FORMAT,
     TreeDiff,
     TreeEntry,
@@ -27,9 +27,7 @@ from harness.evidence.tree import (
     display_path,
     manifest_from_json,
     manifest_to_json,
-    scan_tree,
     signature_of,
-    tree_signature,
 )
 
 # A tree spec maps a relative path to: bytes (a file), ("x", bytes) (an executable

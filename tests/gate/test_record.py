@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.evidence.chain import verify_log
+from harness.evidence.chain_read import verify_log
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.meter.wire import WireLog
 from tests.support.cli import run_proctor

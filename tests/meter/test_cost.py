@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import Refusal
-from harness.evidence.chain import ChainedLog, seed_hash
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import seed_hash
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.exchange import describe_response, redact_url

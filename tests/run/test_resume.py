@@ -19,15 +19,11 @@ from hypothesis import strategies as st
 
 from harness.cli.main import main
 from harness.errors import Refusal
-from harness.evidence.chain import ChainedLog, verify_log
+from harness.evidence.chain import ChainedLog
+from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes, canonical_line, loads_strict, sha256_hex
-from harness.run.attempts import Plan
-from harness.run.resume import (
-    ERROR_CLASSES,
-    TRANSPORT_CODES,
-    RunState,
-    schedule,
-)
+from harness.records.plan import Plan
+from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES, RunState, schedule
 from tests.support.attempts import delivered, failed, plan_records, write_plan, write_records
 from tests.support.cli import run_proctor
 
@@ -103,7 +99,7 @@ def test_a_non_retryable_error_is_final_with_its_class(plan: Plan, code: str, cl
 
 
 def test_every_error_code_has_a_class() -> None:
-    from harness.run.attempts import ATTEMPT_ERROR_CODES
+    from harness.records.attempt import ATTEMPT_ERROR_CODES
 
     assert set(ERROR_CLASSES) == set(ATTEMPT_ERROR_CODES)
     assert {ERROR_CLASSES[c] for c in TRANSPORT_CODES} == {"provider"}

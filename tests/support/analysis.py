@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from harness.analysis.tables import TOKEN_COLUMNS
+from harness.audit.frame import TOKEN_COLUMNS
 from harness.prereg.design import Design, parse_design
 
 SCHEMA: dict[str, Any] = {

@@ -10,8 +10,9 @@ from harness.meter.cost import Cost, meter
 from harness.meter.pricing import Price
 from harness.providers.base import Exchange, GenerationSettings, ParsedResponse
 from harness.providers.registry import adapter_for
+from harness.records.plan import Plan, PlanCell
 from harness.records.usage import TokenUsage
-from harness.run.attempts import Plan, PlanRequest, attempt_from_exchange, error_attempt, read_plan
+from harness.run.attempts import attempt_from_exchange, error_attempt, read_plan
 
 BASE_URL = "http://127.0.0.1:9/v1"
 PRICE = Price(key="sim-flash", input_per_mtok=0.5, output_per_mtok=2.0)
@@ -66,7 +67,7 @@ def chat_body(text: str | None = "def f():\n    return 0\n", *, usage: bool = Tr
 
 
 def exchange(
-    request: PlanRequest,
+    request: PlanCell,
     *,
     status: int | None = 200,
     raw: bytes | None = None,
@@ -89,12 +90,12 @@ def exchange(
     return Exchange(sent, status, raw, sha256_hex(raw), headers, started, ended, parsed)
 
 
-def delivered(request: PlanRequest, attempt: int) -> dict[str, Any]:
+def delivered(request: PlanCell, attempt: int) -> dict[str, Any]:
     """A delivered record for `request`."""
     return attempt_from_exchange(request, attempt, exchange(request), meter(TokenUsage(40, 0, 0, 12, 0), PRICE))
 
 
-def failed(request: PlanRequest, attempt: int, code: str) -> dict[str, Any]:
+def failed(request: PlanCell, attempt: int, code: str) -> dict[str, Any]:
     """An error record with `code` for `request` (no response came back)."""
     return error_attempt(
         request, attempt, error_code=code, error_message=f"planted {code}", started=10.0, ended=12.5, cost=UNKNOWN

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.evidence.chain import seed_hash
+from harness.evidence.chain_read import seed_hash
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.run import anchors as anchors_mod
-from harness.run.records import archive_name, log_seed
+from harness.run.layout import archive_name, log_seed
 from tests.support.study import logs
 
 Records = dict[str, list[dict[str, Any]]]
@@ -48,6 +49,16 @@ def reanchor(folder: Path, prereg_dir: Path) -> None:
     manifests = {"plan.jsonl": str(folder / "plan.jsonl"), "FROZEN.json": str(prereg_dir / "FROZEN.json"),
                  "pricing": str(BUNDLED_PRICING)}
     rewrite(folder, "anchors", [anchors_mod.anchor_record(a["at"], a["reason"], paths, manifests) for a in old])
+
+
+def flip_verdict(folder: Path, final: dict[str, Any]) -> None:
+    """Flip the verdict of `final`'s receipt and re-record its sha256 in `final`: every chain stays consistent."""
+    path = folder / final["receipt"]
+    body = json.loads(path.read_bytes())
+    body["passed"] = not body["passed"]
+    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    path.write_bytes(data)
+    final["receipt_sha256"] = sha256_hex(data)
 
 
 def rebuild(folder: Path, p: Path, edit: Callable[[Records], None], *, anchors: bool = True) -> None:

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.prereg.freeze import freeze
-from harness.run.records import log_seed
-from tests.support.design import toml_dumps
+from harness.run.layout import log_seed
+from tests.support.design import manifest, toml_dumps
 from tests.support.paths import HUMANEVAL, REPO
 
 ANSWERS = HUMANEVAL / "private" / "sim_answers.jsonl"
@@ -105,8 +105,7 @@ def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float
     folder.mkdir(parents=True)
     (folder / "design.toml").write_text(toml_dumps(design))
     (folder / "PREREG.md").write_text("# runner test\n\nRegistered before running.\n")
-    (folder / "systems.json").write_text(json.dumps({"study": "rt", "systems": [
-        {k: s[k] for k in ("slot", "provider", "model", "setting")} for s in design["systems"]]}))
+    (folder / "systems.json").write_text(json.dumps(manifest(design)))
     freeze(folder)
     return folder
 

@@ -26,7 +26,7 @@ import pytest
 
 from harness.errors import Refusal
 from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
-from harness.evidence.chain import read_log
+from harness.evidence.chain_read import read_log
 from harness.meter.proxy import start_proxy
 from harness.providers.catalog import parse_catalog
 from harness.workers.process import run_group

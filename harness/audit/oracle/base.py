@@ -57,7 +57,7 @@ class Rules:
     manifests: Mapping[str, str]
 
 def seed_hash_of(seed: str) -> str:
-    from harness.evidence.chain import seed_hash
+    from harness.evidence.chain_read import seed_hash
 
     return seed_hash(seed)
 

@@ -26,7 +26,7 @@ from harness.audit.oracle.shapes import (
 )
 from harness.audit.oracle.spend import SpendRules
 from harness.errors import Refusal
-from harness.evidence.chain import verify_log
+from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.meter.pricing import BUNDLED_PRICING
 from harness.records._shape import is_int
@@ -76,7 +76,7 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
 
     def _rules(self, requests: tuple[PlanCell, ...]) -> Rules:
         if self.prereg is not None:
-            from harness.prereg.freeze import check_frozen
+            from harness.prereg.frozen import check_frozen
 
             frozen = check_frozen(self.prereg)
             d = frozen.design
