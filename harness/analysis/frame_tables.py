@@ -137,10 +137,10 @@ EXHAUSTED_COLUMNS: Final[dict[str, Any]] = {"stage": _S, "system": _S, "arm": _S
 `analyze_frame` counts as dropped from the comparisons."""
 
 
-def _dropped(gone: pl.DataFrame, c: Comparison, *, paired: bool) -> tuple[int, str | None]:
+def _dropped(gone: pl.DataFrame, a: str, b: str, *, paired: bool) -> tuple[int, str | None]:
     """How many pairs (paired test: (item, repeat) with an exhausted cell of either side) or cells
-    (independent) of `c` exhausted cells took out, and why."""
-    mine = gone.filter(pl.col("system").is_in([c.a, c.b]))
+    (independent) of systems a and b exhausted cells took out, and why."""
+    mine = gone.filter(pl.col("system").is_in([a, b]))
     if not mine.height:
         return 0, None
     n = mine.select(_PAIR_KEYS).n_unique() if paired else mine.height
@@ -230,7 +230,7 @@ def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: l
             cells = by_stage[stage_id].filter(pl.col("arm") == c.arm)
             compute = _paired_row if design.test == "paired_tost" else _independent_row
             gone = exhausted.filter((pl.col("stage") == stage_id) & (pl.col("arm") == c.arm))
-            dropped, why = _dropped(gone, c, paired=design.test == "paired_tost")
+            dropped, why = _dropped(gone, c.a, c.b, paired=design.test == "paired_tost")
             rows.append(_with_note({**base, **compute(cells, c, design), "dropped_exhausted": dropped}, why))
     return frame_of(rows, COMPARISON_SCHEMA)
 
@@ -239,8 +239,8 @@ def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: l
 # Break-even
 
 
-def _cascades(by_stage: dict[str, pl.DataFrame], design: Design,
-              stage_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _cascades(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: list[str],
+              exhausted: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     rows: list[dict[str, Any]] = []
     grids: list[pl.DataFrame] = []
     for stage_id in stage_ids:
@@ -255,6 +255,8 @@ def _cascades(by_stage: dict[str, pl.DataFrame], design: Design,
             for i, cheap in enumerate(ran):
                 for strong in ran[i + 1:]:
                     row, grid = _cascade(cells, stage_id, arm, cheap, strong)
+                    gone = exhausted.filter((pl.col("stage") == stage_id) & (pl.col("arm") == arm))
+                    row = _with_note(row, _dropped(gone, cheap, strong, paired=True)[1])
                     rows.append(row)
                     if grid is not None:
                         grids.append(grid)
@@ -355,11 +357,11 @@ def analyze_frame(attempts: pl.DataFrame, design: Design, *, stages: Sequence[st
     stage_ids = stage_order(design, list(stages) if stages is not None else present)
     empty = attempts.clear()
     by_stage = {s: attempts.filter(pl.col("stage") == s) if s in present else empty for s in stage_ids}
-    breakeven, sensitivity = _cascades(by_stage, design, stage_ids)
+    gone = pl.DataFrame(schema=EXHAUSTED_COLUMNS) if exhausted is None else exhausted
+    breakeven, sensitivity = _cascades(by_stage, design, stage_ids, gone)
     return FrameTables(
         q=q_table(attempts, alpha=design.alpha),
-        comparisons=_comparisons(by_stage, design, stage_ids,
-                                 pl.DataFrame(schema=EXHAUSTED_COLUMNS) if exhausted is None else exhausted),
+        comparisons=_comparisons(by_stage, design, stage_ids, gone),
         breakeven=breakeven,
         sensitivity=sensitivity,
         power=_power(design, stage_ids),

@@ -407,6 +407,8 @@ def test_exhausted_cells_are_dropped_from_every_comparison_which_says_how_many_a
     (c,) = analyze_frame(scored, design(), stages=["A"], exhausted=gone).comparisons.iter_rows(named=True)
     assert c["n"] == 8 and c["dropped_exhausted"] == 2 and c["unpaired"] == 2
     assert c["note"].startswith("2 pairs dropped: exhausted by transport failures")
+    (be,) = analyze_frame(scored, design(), stages=["A"], exhausted=gone).breakeven.iter_rows(named=True)
+    assert be["n_pairs"] == 8 and be["note"].startswith("2 pairs dropped: exhausted")  # the cascade says it too
     (plain,) = analyze_frame(scored, design(), stages=["A"]).comparisons.iter_rows(named=True)
     assert plain["dropped_exhausted"] == 0 and plain["n"] == 8
     (ind,) = analyze_frame(scored, design(test="independent_tost"), stages=["A"],
