@@ -267,6 +267,11 @@ def test_an_exhausted_cell_is_never_scored_and_the_stage_is_not_complete(tmp_pat
     assert report.frame.height == 6 and set(report.frame.get_column("system")) == {"good"}  # 0/6 never counted
     assert report.summary["standing"] == 6 and report.summary["not_standing"] == 0
     assert "provider" not in report.summary["standing_without_answer"]
+    from tests.support.cli import run_proctor
+
+    shown = run_proctor("report", str(folder), "--prereg", str(folder_p))  # the command lists them too
+    assert shown.code == 0 and shown.out["exhausted_cells"] == report.summary["exhausted_cells"]
+    assert {row["system"] for row in shown.out["q_table"]} == {"good"}
 
 
 def test_the_simulator_stopped_during_a_run_costs_only_what_was_sent(tmp_path: Path) -> None:
