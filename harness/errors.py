@@ -242,12 +242,14 @@ class Code(StrEnum):
     SYSTEMS_MANIFEST_INVALID = "systems_manifest_invalid"
     SYSTEMS_MANIFEST_MISMATCH = "systems_manifest_mismatch"
     SYSTEMS_CATALOG_MISMATCH = "systems_catalog_mismatch"
+    SYSTEM_UNPRICED = "system_unpriced"
     FROZEN_INVALID = "frozen_invalid"
     AMENDMENTS_INVALID = "amendments_invalid"
     AMENDMENTS_COUNT_MISMATCH = "amendments_count_mismatch"
     AMENDMENT_EMPTY = "amendment_empty"
     AMENDMENT_REASON_EMPTY = "amendment_reason_empty"
     AMENDMENT_CHANGES_STUDY = "amendment_changes_study"
+    AMENDMENT_NOTE_CHANGES_FILES = "amendment_note_changes_files"
     DRAW_EXCEEDS_PACKET = "draw_exceeds_packet"
 
     # plan: the study plan is invalid
@@ -268,6 +270,7 @@ class Code(StrEnum):
 
     # study runner: a stage cannot be run
     RUN_PLAN_CHANGED = "run_plan_changed"
+    AMENDMENT_CHANGES_STAGE = "amendment_changes_stage"
     RUN_ARCHIVE_MISMATCH = "run_archive_mismatch"
     RUN_FINAL_INVALID = "run_final_invalid"
     RUN_LOG_INVALID = "run_log_invalid"
@@ -475,7 +478,7 @@ AREAS: Final[tuple[Area, ...]] = _runs(
          Code.PACKET_INVALID),
     Area("design", "the study design is invalid", PreregRefusal, Code.DESIGN_INVALID),
     Area("preregistration", "the preregistration is not frozen, changed or invalid", PreregRefusal,
-         Code.PREREG_NOT_FROZEN),
+         Code.PREREG_NOT_FROZEN, also=(Code.UNKNOWN_MODEL,)),
     Area("plan", "the study plan is invalid", PreregRefusal, Code.PLAN_INVALID),
     Area("attempts and resume", "an attempt record or a resume is invalid", RunRefusal,
          Code.ATTEMPT_INVALID),

@@ -6,9 +6,11 @@ The manual: docs/analysis.md.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Final
@@ -36,6 +38,7 @@ from harness.prereg.frozen import FrozenPrereg, amendments_seed, check_frozen
 from harness.run.layout import LOGS, log_seed
 
 __all__ = [
+    "AMENDMENTS_SCHEMA",
     "BREAKEVEN_SCHEMA",
     "COMPARISON_SCHEMA",
     "POWER_SCHEMA",
@@ -44,6 +47,7 @@ __all__ = [
     "VALIDATION_SCHEMA",
     "FrameTables",
     "StudyAnalysis",
+    "amendments_table",
     "analyze_frame",
     "analyze_study",
     "table_csv",
@@ -57,6 +61,12 @@ VALIDATION_SCHEMA: Final[dict[str, Any]] = {
     "stage": _S, "folder": _S, "cells": _I, "standing": _I, "not_standing": _I, "exhausted": _I, "passed": _I,
     "cost_unknown": _I, "plan_sha256": _S, "frozen_sha256": _S, "amendments": _I,
 }
+AMENDMENTS_SCHEMA: Final[dict[str, Any]] = {
+    "amendment": _I, "at": _S, "reason": _S, "kind": _S, "changed": _S, "frozen_sha256": _S, "stages_before": _S,
+}
+"""One row per amendment: its date, reason, kind (`files` or `note`), the files it changed ("PREREG.md
+changed; ..."), the sha256 of FROZEN.json after it, and the stages that ran under an earlier freeze
+(each one checked to still stand: it is in the validation table)."""
 PROVENANCE_SCHEMA: Final[dict[str, Any]] = {
     "name": _S, "path": _S, "sha256": _S, "lines": _I, "head": _S, "kind": _S, "version": _S,
 }
@@ -71,7 +81,7 @@ class StudyAnalysis:
         study: the study id.
         prereg: the preregistration folder (absolute).
         alpha: the registered alpha.
-        validation, attempts, q, comparisons, breakeven, sensitivity, power, provenance: the tables.
+        validation, attempts, q, comparisons, breakeven, sensitivity, power, provenance, amendments: the tables.
         folder: the study folder (`RESULTS/<study>`, absolute).
     """
 
@@ -87,12 +97,14 @@ class StudyAnalysis:
     power: pl.DataFrame
     provenance: pl.DataFrame
     folder: str = ""
+    amendments: pl.DataFrame = dataclasses.field(default_factory=lambda: pl.DataFrame(schema=AMENDMENTS_SCHEMA))
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """name -> frame in display order: validation, q, comparisons, breakeven, sensitivity, power, provenance."""
-        return {"validation": self.validation, "q": self.q, "comparisons": self.comparisons,
-                "breakeven": self.breakeven, "sensitivity": self.sensitivity, "power": self.power,
-                "provenance": self.provenance}
+        """name -> frame in display order: validation, amendments, q, comparisons, breakeven, sensitivity,
+        power, provenance."""
+        return {"validation": self.validation, "amendments": self.amendments, "q": self.q,
+                "comparisons": self.comparisons, "breakeven": self.breakeven, "sensitivity": self.sensitivity,
+                "power": self.power, "provenance": self.provenance}
 
 
 # --------------------------------------------------------------------------
@@ -114,6 +126,18 @@ def _log_row(name: str, path: str, rel: str, seed: str, kind: str) -> dict[str, 
         code = Code.LOG_TORN_TAIL if status.problem.kind == "torn_tail" else Code.LOG_BROKEN
         raise Refusal(code, status.problem.message, path, line=status.problem.line, kind=status.problem.kind)
     return {"name": name, "path": rel, "lines": status.lines, "head": status.head, "kind": kind}
+
+
+def amendments_table(frozen: FrozenPrereg, stages: Mapping[str, str] | None = None) -> pl.DataFrame:
+    """Every amendment of `frozen` (`AMENDMENTS_SCHEMA`); `stages`: stage -> the freeze its plan names."""
+    freezes = frozen.freezes()
+    ran = {s: freezes.index(sha) for s, sha in (stages or {}).items() if sha in freezes}
+    rows = [{"amendment": a.number, "at": a.at, "reason": a.reason, "kind": "note" if a.note else "files",
+             "changed": "; ".join(f"{c.path} {c.change}" for c in a.changed),
+             "frozen_sha256": freezes[a.number],
+             "stages_before": ", ".join(s for s, k in sorted(ran.items()) if k < a.number)}
+            for a in frozen.amendments]
+    return frame_of(rows, AMENDMENTS_SCHEMA)
 
 
 def _provenance(results: StudyResults, frozen: FrozenPrereg) -> pl.DataFrame:
@@ -167,6 +191,7 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
         study=found.study, prereg=found.prereg, alpha=design.alpha, validation=validation, attempts=attempts,
         q=tables.q, comparisons=tables.comparisons, breakeven=tables.breakeven, sensitivity=tables.sensitivity,
         power=tables.power, provenance=_provenance(found, frozen), folder=found.folder,
+        amendments=amendments_table(frozen, {s.stage: s.frozen_sha256 for s in found.stages}),
     )
 
 

@@ -18,6 +18,7 @@ from harness.audit.oracle import Problem, run_problems
 from harness.errors import AuditRefusal, Code, Refusal
 from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.prereg.amended import check_stage_plan
 from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.records.plan import Plan
 from harness.records.usage import CATEGORIES
@@ -122,10 +123,13 @@ def _check(folder: str, prereg: str) -> tuple[list[Problem], FrozenPrereg | None
             problems.append(_problem(plan_path, None, "plan_changed",
                                      f"the frozen preregistration does not plan stage {stage!r}: {exc.message}"))
         else:
-            if read_bytes(plan_path) != fresh:
+            verdict = check_stage_plan(read_bytes(plan_path), fresh, frozen, stage)
+            if verdict.code == Code.AMENDMENT_CHANGES_STAGE:
+                problems.append(_problem(plan_path, None, verdict.code, verdict.message))
+            elif not verdict.ok:
                 problems.append(_problem(plan_path, None, "plan_changed",
                                          f"plan.jsonl (sha256 {plan.sha256}) is not the frozen preregistration's "
-                                         f"plan of stage {stage!r} (sha256 {sha256_hex(fresh)})"))
+                                         f"plan of stage {stage!r} (sha256 {sha256_hex(fresh)}): {verdict.message}"))
     # the oracle: with the registered rules when the freeze holds, else from the run's own files
     try:
         problems.extend(run_problems(folder, prereg_dir=prereg if frozen is not None else None))

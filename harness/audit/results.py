@@ -6,13 +6,14 @@ The manual: docs/audit.md.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import AuditRefusal, Code
+from harness.errors import AuditRefusal, Code, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root
+from harness.prereg.frozen import freeze_history
 from harness.run.attempts import read_plan
 
 __all__ = ["StageRef", "StudyResults", "find_prereg", "find_stages", "open_study", "stage_folders"]
@@ -84,12 +85,23 @@ def find_stages(path: PathArg) -> list[StageRef]:
     return [_stage(f) for f in found]
 
 
-def find_prereg(frozen_sha256: str, root: PathArg) -> str:
-    """The folder under `root/prereg/` whose `FROZEN.json` hashes to `frozen_sha256`.
+def _history(folder: str) -> tuple[str, ...]:
+    """The freezes of a preregistration folder (`freeze_history`); only the current one when the
+    amendment log does not read (the audit names it)."""
+    try:
+        return freeze_history(folder)
+    except Refusal:
+        return (sha256_hex(read_bytes(os.path.join(folder, "FROZEN.json"))),)
+
+
+def find_prereg(frozen_sha256: str | Collection[str], root: PathArg) -> str:
+    """The folder under `root/prereg/` whose `FROZEN.json` hashes to `frozen_sha256`, or whose
+    chained amendments lead from that freeze to its current one (every one, given several).
 
     Raises:
         Refusal: `prereg_not_found` naming the folders looked at.
     """
+    wanted = {frozen_sha256} if isinstance(frozen_sha256, str) else set(frozen_sha256)
     base = os.path.join(os.path.abspath(os.fspath(root)), "prereg")
     looked = []
     if os.path.isdir(base):
@@ -97,10 +109,12 @@ def find_prereg(frozen_sha256: str, root: PathArg) -> str:
             frozen = os.path.join(base, name, "FROZEN.json")
             if os.path.isfile(frozen) and not os.path.islink(frozen):
                 looked.append(name)
-                if sha256_hex(read_bytes(frozen)) == frozen_sha256:
+                if wanted <= set(_history(os.path.join(base, name))):
                     return os.path.join(base, name)
+    said = ", ".join(sorted(wanted))
     raise AuditRefusal(Code.PREREG_NOT_FOUND, f"no preregistration under {base} has FROZEN.json with sha256 "
-                  f"{frozen_sha256} (looked at: {', '.join(looked) or 'none'}); pass --prereg DIR", base)
+                  f"{said} or amendments leading from it (looked at: {', '.join(looked) or 'none'}); "
+                  "pass --prereg DIR", base)
 
 
 def open_study(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | None = None) -> StudyResults:
@@ -119,12 +133,25 @@ def open_study(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | 
     if len(studies) != 1:
         raise AuditRefusal(Code.RESULTS_MIXED, f"stages of {len(studies)} studies ({', '.join(studies)}): "
                       "name one study folder", here)
-    if len(freezes) != 1:
-        raise AuditRefusal(Code.RESULTS_MIXED, f"the stages' plans name {len(freezes)} different freezes "
-                      f"({', '.join(f[:12] for f in freezes)})", here)
+    mixed = AuditRefusal(Code.RESULTS_MIXED, f"the stages' plans name {len(freezes)} different freezes "
+                         f"({', '.join(f[:12] for f in freezes)}) that no preregistration's amendments chain",
+                         here)
     if prereg is None:
-        found = find_prereg(freezes[0], root if root is not None else repo_root())
+        try:
+            found = find_prereg(freezes, root if root is not None else repo_root())
+        except Refusal:
+            if len(freezes) != 1:
+                raise mixed from None
+            raise
     else:
         found = os.path.abspath(os.fspath(prereg))
+    # stages run under this freeze or earlier ones its amendments lead from: the study's freeze is the current one
+    history = _history(found) if os.path.isfile(os.path.join(found, "FROZEN.json")) else ()
+    if set(freezes) <= set(history):
+        frozen_sha256 = history[-1]
+    elif len(freezes) != 1:
+        raise mixed
+    else:
+        frozen_sha256 = freezes[0]  # the report names the plan that is not this preregistration's
     study_folder = str(Path(stages[0].folder).parent)
-    return StudyResults(studies[0], study_folder, tuple(stages), found, freezes[0])
+    return StudyResults(studies[0], study_folder, tuple(stages), found, frozen_sha256)

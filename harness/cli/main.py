@@ -97,9 +97,11 @@ def _parser() -> _Parser:
 
     p = add("plan", study.plan, "Write the deterministic request plan of a frozen preregistration (no network).")
     p.add_argument("dir", help="the preregistration folder (design.toml, systems.json, FROZEN.json)")
-    p.add_argument("--scope", required=True, choices=("pilot", "matrix-once", "full"),
-                   help="pilot: the registered stages; matrix-once: every item once per system and arm; "
-                   "full: every item, system and arm with the registered repeats")
+    p.add_argument("--scope", required=True, metavar="SCOPE",
+                   choices=("@stages", "@matrix-once", "@full", "pilot", "matrix-once", "full"),
+                   help="@stages: every registered stage; @matrix-once: every item once per system and arm; "
+                   "@full: every item, system and arm with the registered repeats (a scope starts with @, which "
+                   "no stage id can; the old spellings pilot, matrix-once and full still work)")
     p.add_argument("--out", required=True, help="the plan file (JSONL) to write, atomically")
     p = add("resume", study.resume, "Check an attempts log against its plan and write what each run is owed (no network).")
     p.add_argument("--plan", required=True, help="the plan file (JSONL)")
@@ -137,18 +139,24 @@ def _parser() -> _Parser:
     p.add_argument("--dry-run", action="store_true", help="list what stands and the next attempt owed; no call")
     p.add_argument("--preflight", action="store_true", help="report every problem that would stop the run")
     p.add_argument("--resume-paused", action="store_true", help="lift the pauses logged before this invocation")
+    p.add_argument("--base-url", metavar="URL", default="",
+                   help="send every system's model to this base URL (e.g. a simulator's http://127.0.0.1:8765/v1), "
+                   "as the run notebook's base_url parameter; default: the catalog's, or its base_url_env "
+                   "variable (PROCTOR_SIM_URL for the simulated systems)")
 
     prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend.")
     psub = prereg.add_subparsers(dest="prereg_cmd", required=True, metavar="ACTION", parser_class=_Parser)
     for name, handler, text in (
         ("check", study.prereg_check, "Validate a preregistration; show its cells, budget arithmetic, power and freeze."),
         ("freeze", study.prereg_freeze, "Write FROZEN.json (the sha256 of every file); once, later changes are amends."),
-        ("amend", study.prereg_amend, "Log a dated amendment (what changed since the freeze, and why) and re-freeze."),
+        ("amend", study.prereg_amend, "Log a dated amendment (what changed since the freeze, and why, or a --note) and re-freeze."),
     ):
         p = psub.add_parser(name, help=text, description=text, parents=[common])
         p.add_argument("dir", help="the preregistration folder (design.toml, PREREG.md, systems.json)")
         if name == "amend":
-            p.add_argument("--reason", required=True, help="why the preregistration changed")
+            why = p.add_mutually_exclusive_group(required=True)
+            why.add_argument("--reason", help="why the preregistration's files changed")
+            why.add_argument("--note", help="a deviation recorded without a file change (the folder is as frozen)")
         p.set_defaults(handler=handler)
 
     worker = sub.add_parser("worker", help="Built-in workers.")

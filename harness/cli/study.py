@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
-from harness.cli.output import Outcome
+from harness.cli.output import Outcome, print_json
 from harness.errors import Code, LogRefusal
 
 __all__ = [
@@ -48,13 +49,25 @@ def run(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(f"[{p.stage}] total ${p.total_usd:.6f} / ceiling ${p.ceiling_usd:g}"
                          f"{' CROSSED' if p.crossed else ''} | " + " | ".join(parts) + "\n")
 
+    def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
+        if args.json:
+            print_json(record)
+        else:
+            sys.stderr.write(f"[{record['stage']}] stopped at once by a second signal (exit {record['exit_code']}): "
+                             f"{record['note']}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    from harness.notebooks.stage import study_base_urls
+
+    base_urls = study_base_urls(args.prereg, args.base_url)
     if not args.dry_run and not args.preflight:  # always, before the first provider call
         from harness.run.preflight import require_ready
 
-        require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True))
+        require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls))
     summary = run_stage(
         args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-        preflight=args.preflight, progress=None if args.json else show,
+        preflight=args.preflight, base_urls=base_urls, progress=None if args.json else show, on_exit=exit_now,
     )
     result = summary.to_json()
     if not args.json and not args.dry_run:
@@ -139,6 +152,8 @@ def prereg_freeze(args: argparse.Namespace) -> Outcome:
 def prereg_amend(args: argparse.Namespace) -> Outcome:
     from harness.prereg.freeze import amend
 
+    if args.note is not None:
+        return Outcome.of(amend(args.dir, args.note, note=True))
     return Outcome.of(amend(args.dir, args.reason))
 
 

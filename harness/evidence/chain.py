@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from harness.errors import Code, InputRefusal, LogRefusal, Refusal
 from harness.evidence.chain_read import (
+    REPAIR_HINT,
     RESERVED,
     ChainStatus,
     PathArg,
@@ -167,7 +168,7 @@ class ChainedLog:
             lineno = _count_newlines(fd, size) + 1
             raise LogRefusal(
                 Code.LOG_TORN_TAIL,
-                f"line {lineno} has no newline: a torn tail; run repair before appending",
+                f"line {lineno} has no newline: a torn tail; before appending, {REPAIR_HINT}",
                 self.path,
                 line=lineno,
                 kind="torn_tail",

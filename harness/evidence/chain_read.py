@@ -26,6 +26,7 @@ from harness.evidence.jsonio import MAX_DEPTH, loads_strict, open_regular, sha25
 
 __all__ = [
     "PROBLEM_KINDS",
+    "REPAIR_HINT",
     "RESERVED",
     "ChainProblem",
     "ChainStatus",
@@ -38,6 +39,10 @@ __all__ = [
     "seed_hash",
     "verify_log",
 ]
+
+REPAIR_HINT: Final = ("run `proctor ledger repair FILE` on this log: it moves the torn tail to a "
+                      "quarantine file and records the repair in the chain")
+"""What a torn-tail refusal tells the operator to do."""
 
 PROBLEM_KINDS: Final = (
     "torn_tail",
@@ -366,8 +371,7 @@ def scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
         scan.problem = ChainProblem(
             lineno,
             "torn_tail",
-            f"line {lineno} has no newline: a torn tail of {len(carry)} bytes "
-            "(repair moves it to a quarantine file)",
+            f"line {lineno} has no newline: a torn tail of {len(carry)} bytes; {REPAIR_HINT}",
         )
     return scan
 

@@ -183,13 +183,18 @@ def verdict_lines(comparisons: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def breakeven_lines(breakeven: Iterable[dict[str, Any]]) -> list[str]:
-    """One line per cascade: the cheap pass rate against the break-even rate, and the predicted savings."""
+    """One line per cascade: the cheap pass rate against the break-even rate, and the predicted savings.
+
+    The system a failed cheap answer goes to is named by its slot (`strong` in the
+    break-even table is its role, not its name: it may be a middle tier).
+    """
     out = []
     for r in breakeven:
-        out.append(f"stage {r.get('stage')}, arm {r.get('arm')}: {r.get('cheap')} first, then {r.get('strong')}: "
+        then = r.get("strong")
+        out.append(f"stage {r.get('stage')}, arm {r.get('arm')}: {r.get('cheap')} first, then {then}: "
                    f"q {_num(r.get('q'))} vs break-even {_num(r.get('break_even_q'))} -> predicted savings "
-                   f"{_num(r.get('predicted_savings'), '+.3f')} of the strong cost; composed pass rate "
-                   f"{_num(r.get('composed_pass_rate'))} vs strong alone {_num(r.get('strong_pass_rate'))} "
+                   f"{_num(r.get('predicted_savings'), '+.3f')} of {then}'s cost; composed pass rate "
+                   f"{_num(r.get('composed_pass_rate'))} vs {then} alone {_num(r.get('strong_pass_rate'))} "
                    f"({r.get('gate', 'oracle')} gate)")
     return out
 

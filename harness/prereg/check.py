@@ -10,14 +10,26 @@ import os
 from typing import Any
 
 from harness.prereg.design import Design
-from harness.prereg.folder import AMENDMENTS_NAME, FROZEN_NAME, open_folder, prepare, resolve_packet
+from harness.prereg.folder import (
+    AMENDMENTS_NAME,
+    CATALOG_NAME,
+    FROZEN_NAME,
+    open_folder,
+    prepare,
+    resolve_packet,
+)
 from harness.prereg.frozen import check_frozen
+from harness.prereg.resolve import resolve_systems
+from harness.providers.catalog import load_catalog
 
 __all__ = ["check_prereg"]
 
 
 def check_prereg(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """`proctor prereg check DIR`: validate, resolve the packet and draw, show cells, budgets and power.
+    """`proctor prereg check DIR`: validate, resolve the packet, draw and systems, show cells, budgets and power.
+
+    Every system is resolved against the catalog and pricing `plan` and `run`
+    will use; a model missing from either is refused here, before the freeze.
 
     A frozen folder is checked against its freeze first (a change is refused,
     as every later command would); an unfrozen one is validated as freeze
@@ -27,15 +39,19 @@ def check_prereg(path: str | os.PathLike[str]) -> dict[str, Any]:
     if os.path.lexists(os.path.join(folder, FROZEN_NAME)):
         frozen = check_frozen(folder)
         design, systems_sha256 = frozen.design, frozen.systems_sha256
+        catalog = None if frozen.catalog_sha256 is None else load_catalog(os.path.join(folder, CATALOG_NAME))
+        files = frozen.files
         state: dict[str, Any] = {"state": "frozen", "frozen_at": frozen.frozen_at,
                                  "frozen_sha256": frozen.frozen_sha256, "files": frozen.files,
                                  "amendments": [a.to_json() for a in frozen.amendments]}
     else:
         prepared = prepare(folder)
         design, systems_sha256 = prepared.design, prepared.systems_sha256
+        catalog, files = prepared.catalog, prepared.files
         state = {"state": "unfrozen", "would_record": {"study": design.study_id, "files": prepared.files,
                                                        "amendments": 0}}
     packet_items, packet_sha256 = resolve_packet(design)
+    resolved = resolve_systems(folder, design, catalog, files)
     warnings: list[str] = []
     if state["state"] == "unfrozen":
         warnings.append("not frozen: plan, run and report refuse it until proctor prereg freeze DIR")
@@ -48,6 +64,7 @@ def check_prereg(path: str | os.PathLike[str]) -> dict[str, Any]:
         "ok": True, "study": design.study_id, "title": design.title, "path": folder,
         "design_sha256": design.sha256, "systems_sha256": systems_sha256,
         "systems": [{**s.manifest(), "pricing_key": s.pricing_key, "cap_usd": s.cap_usd} for s in design.systems],
+        "resolved": resolved.to_json(),
         "packet": {"suite": design.suite_name, "path": design.packet_path, "sha256": packet_sha256,
                    "items": packet_items},
         "draw": {"items": design.draw_items, "packet_items": packet_items, "seed": design.seed},

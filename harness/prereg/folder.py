@@ -24,6 +24,7 @@ __all__ = [
     "AMENDMENTS_NAME",
     "CATALOG_NAME",
     "FROZEN_NAME",
+    "IGNORED_FOLDERS",
     "MANAGED",
     "REQUIRED_FILES",
     "Contents",
@@ -43,6 +44,8 @@ AMENDMENTS_NAME: Final = "AMENDMENTS.jsonl"
 REQUIRED_FILES: Final = ("design.toml", "PREREG.md", "systems.json")
 CATALOG_NAME: Final = "catalog.toml"
 MANAGED: Final = (FROZEN_NAME, AMENDMENTS_NAME)
+IGNORED_FOLDERS: Final = (".ipynb_checkpoints",)
+"""Folders an editor leaves behind (Jupyter's autosaves): not registered, never a change."""
 _LOCK_WAIT_S: Final = 10.0
 
 
@@ -95,6 +98,8 @@ def read_folder(folder: str) -> Contents:
             name.encode("utf-8")
         except UnicodeEncodeError:
             odd[_shown(name)] = "a name that is not UTF-8"
+            continue
+        if name in IGNORED_FOLDERS and stat.S_ISDIR(st.st_mode):
             continue
         if not stat.S_ISREG(st.st_mode):
             odd[name] = _kind(st.st_mode)

@@ -14,7 +14,7 @@ from harness.errors import Code, LogRefusal, PreregRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write
-from harness.evidence.jsonio import canonical_line, sha256_hex
+from harness.evidence.jsonio import loads_strict, sha256_hex
 from harness.prereg.folder import (
     AMENDMENTS_NAME,
     FROZEN_NAME,
@@ -26,7 +26,6 @@ from harness.prereg.folder import (
     validate,
 )
 from harness.prereg.frozen import (
-    FROZEN_SCHEMA,
     Amendment,
     amendments_seed,
     apply_amendment,
@@ -34,10 +33,12 @@ from harness.prereg.frozen import (
     count_mismatch,
     diff_files,
     epoch,
+    frozen_bytes,
     parse_amendment,
     read_amendments,
     read_frozen,
 )
+from harness.prereg.resolve import resolve_systems
 
 __all__ = ["amend", "freeze"]
 
@@ -45,9 +46,8 @@ __all__ = ["amend", "freeze"]
 def _write_frozen(
     folder: str, study: str, frozen_at: str, files: Mapping[str, str], amendments: list[Amendment]
 ) -> dict[str, Any]:
-    record = {"schema": FROZEN_SCHEMA, "study": study, "frozen_at": frozen_at, "files": dict(files),
-              "amendments": len(amendments), "amendments_head": amendments[-1].line_sha256 if amendments else None}
-    data = canonical_line(record)
+    data = frozen_bytes(study, frozen_at, files, amendments)
+    record = loads_strict(data)
     try:
         atomic_write(os.path.join(folder, FROZEN_NAME), data, mode=0o644)
     except OSError as exc:
@@ -60,7 +60,11 @@ def _write_frozen(
 
 
 def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """`proctor prereg freeze DIR`: validate everything and write FROZEN.json (once; later: amend)."""
+    """`proctor prereg freeze DIR`: validate everything and write FROZEN.json (once; later: amend).
+
+    Every system is resolved against the catalog and the pricing first
+    (`resolve_systems`): what `plan` or `run` would refuse is refused here.
+    """
     folder = open_folder(path)
     with locked(folder, exclusive=True):
         contents = read_folder(folder)
@@ -74,12 +78,17 @@ def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
         refuse_odd(folder, contents)
         prepared = validate(folder, contents)
         resolve_packet(prepared.design)
+        resolve_systems(folder, prepared.design, prepared.catalog, prepared.files)
         written = _write_frozen(folder, prepared.design.study_id, utc_iso(time.time()), prepared.files, [])
     return {"ok": True, "study": prepared.design.study_id, "path": folder, "frozen": written}
 
 
-def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
-    """`proctor prereg amend DIR --reason TEXT`: log what changed since the last freeze, then re-freeze."""
+def amend(path: str | os.PathLike[str], reason: str, *, note: bool = False) -> dict[str, Any]:
+    """`proctor prereg amend DIR --reason TEXT`: log what changed since the last freeze, then re-freeze.
+
+    With `note` (`--note TEXT`) the amendment records a deviation without a file change: the
+    folder must be exactly as frozen, and the text is the amendment's reason.
+    """
     folder = open_folder(path)
     if not isinstance(reason, str) or not reason.strip():
         raise PreregRefusal(Code.AMENDMENT_REASON_EMPTY, "an amendment needs a reason", folder)
@@ -93,6 +102,7 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
             raise PreregRefusal(Code.AMENDMENT_CHANGES_STUDY, f"the study id is {frozen.study!r}: an amendment cannot "
                           "change it (results and logs are named by it)", prepared.design.path)
         resolve_packet(prepared.design)
+        resolve_systems(folder, prepared.design, prepared.catalog, prepared.files)
         amendments = read_amendments(folder, frozen.study)
         current = prepared.files
         if len(amendments) == frozen.amendments + 1:  # a crash after the log line, before FROZEN.json
@@ -107,10 +117,15 @@ def amend(path: str | os.PathLike[str], reason: str) -> dict[str, Any]:
             raise count_mismatch(frozen, amendments, log_path)
         check_replay(amendments, frozen, log_path)
         changed = diff_files(frozen.files, current)
-        if not changed:
-            raise PreregRefusal(Code.AMENDMENT_EMPTY, "nothing changed since the last freeze", folder)
+        if note and changed:
+            raise PreregRefusal(Code.AMENDMENT_NOTE_CHANGES_FILES, "a note records a deviation without a file change, "
+                                f"but {', '.join(c.path for c in changed)} changed: amend with --reason", folder,
+                                changed=[c.path for c in changed])
+        if not changed and not note:
+            raise PreregRefusal(Code.AMENDMENT_EMPTY, "nothing changed since the last freeze (a deviation without a "
+                                "file change is recorded with --note TEXT)", folder)
         floor = max([epoch(frozen.frozen_at) or 0.0] + [epoch(a.at) or 0.0 for a in amendments])
-        record = Amendment(len(amendments) + 1, utc_iso(Clock(floor).now()), reason, tuple(changed))
+        record = Amendment(len(amendments) + 1, utc_iso(Clock(floor).now()), reason, tuple(changed), note=note)
         line = ChainedLog(log_path, amendments_seed(frozen.study)).append(record.to_json())
         record = parse_amendment(line, record.number, log_path)
         written = _write_frozen(folder, frozen.study, frozen.frozen_at, current, [*amendments, record])

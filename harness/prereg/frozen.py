@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -47,6 +47,9 @@ __all__ = [
     "count_mismatch",
     "diff_files",
     "epoch",
+    "freeze_history",
+    "freezes_of",
+    "frozen_bytes",
     "parse_amendment",
     "read_amendments",
     "read_frozen",
@@ -87,10 +90,15 @@ class Amendment:
     changed: tuple[FileChange, ...]
     line_sha256: str = ""
     """The sha256 of its line in the log (empty before it is written)."""
+    note: bool = False
+    """A deviation recorded without a file change (`proctor prereg amend --note TEXT`): `changed` is empty."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"amendment": self.number, "at": self.at, "reason": self.reason,
-                "changed": [c.to_json() for c in self.changed]}
+        out: dict[str, Any] = {"amendment": self.number, "at": self.at, "reason": self.reason,
+                               "changed": [c.to_json() for c in self.changed]}
+        if self.note:
+            out["note"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,10 @@ class FrozenPrereg:
     amendments: tuple[Amendment, ...]
     catalog_sha256: str | None
 
+    def freezes(self) -> tuple[str, ...]:
+        """The sha256 of FROZEN.json as it was after 0, 1, ... amendments; the last is `frozen_sha256`."""
+        return freezes_of(self.design.study_id, self.frozen_at, self.files, self.amendments)
+
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "study": self.design.study_id, "frozen_sha256": self.frozen_sha256,
                 "frozen_at": self.frozen_at, "files": dict(self.files),
@@ -142,6 +154,50 @@ def epoch(text: Any) -> float | None:
         return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC).timestamp()
     except ValueError:
         return None
+
+
+def frozen_bytes(study: str, frozen_at: str, files: Mapping[str, str], amendments: Sequence[Amendment]) -> bytes:
+    """FROZEN.json's exact bytes after `amendments` (`freeze` and `amend` write these)."""
+    return canonical_line({"schema": FROZEN_SCHEMA, "study": study, "frozen_at": frozen_at, "files": dict(files),
+                           "amendments": len(amendments),
+                           "amendments_head": amendments[-1].line_sha256 if amendments else None})
+
+
+def freezes_of(study: str, frozen_at: str, files: Mapping[str, str],
+               amendments: Sequence[Amendment]) -> tuple[str, ...]:
+    """The sha256 of FROZEN.json after 0, 1, ..., n amendments, rebuilt from the current hashes.
+
+    Each amendment's `old` hashes undo it, so every earlier FROZEN.json is rebuilt byte for byte
+    (`frozen_at` never moves); a stage's plan names the one it ran under.
+    """
+    states = [dict(files)]
+    for a in reversed(amendments):
+        before = dict(states[-1])
+        for c in a.changed:
+            if c.old is None:
+                before.pop(c.path, None)
+            else:
+                before[c.path] = c.old
+        states.append(before)
+    states.reverse()
+    return tuple(sha256_hex(frozen_bytes(study, frozen_at, state, amendments[:k])) for k, state in enumerate(states))
+
+
+def freeze_history(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The freezes of the folder at `path` (see `freezes_of`), read without validating the design.
+
+    Raises:
+        Refusal: no or an invalid FROZEN.json, or an amendment log that does not read or replay.
+    """
+    folder = open_folder(path)
+    with locked(folder, exclusive=False):
+        frozen = read_frozen(folder)
+        amendments = read_amendments(folder, frozen.study)
+    log_path = os.path.join(folder, AMENDMENTS_NAME)
+    if len(amendments) != frozen.amendments:
+        raise count_mismatch(frozen, amendments, log_path)
+    check_replay(amendments, frozen, log_path)
+    return freezes_of(frozen.study, frozen.frozen_at, frozen.files, amendments)
 
 
 def read_frozen(folder: str) -> FrozenFile:
@@ -183,16 +239,19 @@ def parse_amendment(record: dict[str, Any], index: int, path: str) -> Amendment:
     def bad(message: str) -> Refusal:
         return PreregRefusal(Code.AMENDMENTS_INVALID, f"line {index}: {message}", path, line=index)
 
-    allowed = {"amendment", "at", "reason", "changed", "prev"} | ({"seed"} if index == 1 else set())
+    allowed = {"amendment", "at", "reason", "changed", "note", "prev"} | ({"seed"} if index == 1 else set())
     if not {"amendment", "at", "reason", "changed", "prev"} <= set(record) <= allowed:
-        raise bad("expected exactly amendment, at, reason, changed")
+        raise bad("expected exactly amendment, at, reason, changed (and note for a note)")
+    note = "note" in record
+    if note and record["note"] is not True:
+        raise bad("note, when present, must be true")
     if type(record["amendment"]) is not int or record["amendment"] != index:
         raise bad(f"amendment must be {index} (numbered 1, 2, ... in order)")
     if epoch(record["at"]) is None or not isinstance(record["reason"], str) or not record["reason"].strip():
         raise bad("at must be an ISO-8601 UTC time and reason a non-empty text")
     changes = record["changed"]
-    if not isinstance(changes, list) or not changes:
-        raise bad("changed must be a non-empty list")
+    if not isinstance(changes, list) or (not changes) != note:
+        raise bad("changed must be a non-empty list (an empty one exactly for a note)")
     out: list[FileChange] = []
     for change in changes:
         if not isinstance(change, dict) or set(change) != {"path", "change", "old", "new"}:
@@ -207,7 +266,7 @@ def parse_amendment(record: dict[str, Any], index: int, path: str) -> Amendment:
         out.append(FileChange(change["path"], kind, old, new))
     if len({c.path for c in out}) != len(out):
         raise bad("a path is changed twice in one amendment")
-    return Amendment(index, record["at"], record["reason"], tuple(out), sha256_hex(canonical_bytes(record)))
+    return Amendment(index, record["at"], record["reason"], tuple(out), sha256_hex(canonical_bytes(record)), note)
 
 
 def read_amendments(folder: str, study: str) -> list[Amendment]:

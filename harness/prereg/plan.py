@@ -1,4 +1,9 @@
-"""The deterministic request plan: `proctor plan DIR --scope {pilot,matrix-once,full} --out FILE`.
+"""The deterministic request plan: `proctor plan DIR --scope {@stages,@matrix-once,@full} --out FILE`.
+
+A scope's name starts with `@`, which no stage id can (`design.py`), so a
+scope is never taken for a stage. The old spellings stay as aliases
+(`pilot`, `matrix-once`, `full`), and the plan's header still records the
+scope by them, so a plan made before is byte-identical.
 
 The manual: docs/prereg.md.
 """
@@ -36,16 +41,38 @@ __all__ = [
     "PLACEHOLDER_BASE_URLS",
     "REQUEST_KIND",
     "SCOPES",
+    "SCOPE_NAMES",
     "Plan",
     "PlanCell",
     "apply_template",
     "build_plan",
     "plan_study",
     "run_id",
+    "scope_key",
+    "scope_name",
     "write_plan",
 ]
 
 SCOPES: Final = ("pilot", "matrix-once", "full")
+"""The scopes as a plan's header records them (the old spellings, kept as aliases)."""
+SCOPE_NAMES: Final = {"@stages": "pilot", "@matrix-once": "matrix-once", "@full": "full"}
+"""Each scope's name (what `--scope` takes; a stage id cannot start with `@`) -> the key a plan records."""
+
+
+def scope_key(scope: str) -> str:
+    """The recorded key of `scope`, given by its name (`@stages`) or its old spelling (`pilot`)."""
+    if scope in SCOPE_NAMES:
+        return SCOPE_NAMES[scope]
+    if scope in SCOPES:
+        return scope
+    raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPE_NAMES)} "
+                     f"(or the old spellings {', '.join(SCOPES)})")
+
+
+def scope_name(scope: str) -> str:
+    """The name (`@stages`, `@matrix-once`, `@full`) of a scope given either way."""
+    key = scope_key(scope)
+    return next(name for name, k in SCOPE_NAMES.items() if k == key)
 HEADER_KIND: Final = PLAN_HEADER_KIND
 REQUEST_KIND: Final = PLAN_REQUEST_KIND
 PLACEHOLDER_BASE_URLS: Final = ("http://plan.invalid/v1", "https://placeholder.invalid/elsewhere/v2")
@@ -200,13 +227,12 @@ def build_plan(
         design: the frozen design.
         packet: the suite's answer-stripped packet, already checked against `design.packet_sha256`.
         catalog: where each system's model is reached (its API shape and API model name).
-        scope: `pilot`, `matrix-once` or `full`.
+        scope: `@stages` (alias `pilot`), `@matrix-once` (`matrix-once`) or `@full` (`full`).
         frozen_sha256: the sha256 of the preregistration's `FROZEN.json`, recorded in the header.
         systems_sha256: the sha256 of `systems.json`, recorded in the header.
         amendments: the preregistration's amendment records, recorded in the header.
     """
-    if scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+    scope = scope_key(scope)
     items: dict[str, PacketItem] = {it.item: it for it in packet.items}
     if design.draw_items > len(items):
         raise PreregRefusal(
@@ -247,8 +273,7 @@ def build_plan(
 
 def plan_study(prereg_dir: str | os.PathLike[str], scope: str) -> Plan:
     """Plan a frozen preregistration: check the freeze, load the packet and the catalog, expand `scope`."""
-    if scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+    scope = scope_key(scope)
     folder = os.path.abspath(os.fspath(prereg_dir))
     frozen = check_frozen(folder)
     design = frozen.design
@@ -291,13 +316,38 @@ def write_plan(
         atomic_write(target, data, mode=0o644)
     except OSError as exc:
         raise LogRefusal(Code.FILE_UNWRITABLE, exc.strerror or str(exc), target) from None
+    design = check_frozen(prereg_dir).design
+    warnings = []
+    if scope in SCOPES and any(stage.id == scope for stage in design.stages):
+        warnings.append(f"--scope {scope} is the old spelling of {scope_name(scope)} "
+                        f"({SCOPE_MEANING[scope_key(scope)]}), not the stage {scope!r}")
     return {
         "ok": True,
         "study": plan.study,
-        "scope": plan.scope,
+        "scope": scope_name(plan.scope),
+        "scope_means": SCOPE_MEANING[plan.scope],
+        "scope_recorded": plan.scope,
         "plan": target,
         "sha256": sha256_hex(data),
         "requests": len(plan.cells),
-        "draw": len(plan.draw),
-        "counts": plan.counts(),
+        "draw_items": len(plan.draw),
+        "requests_by_stage": _labelled_counts(plan),
+        "warnings": warnings,
     }
+
+
+SCOPE_MEANING: Final = {
+    "pilot": "every registered stage, as registered",
+    "matrix-once": "every drawn item once per system and arm (stage 'matrix')",
+    "full": "every drawn item, system and arm with the registered full repeats (stage 'full')",
+}
+
+
+def _labelled_counts(plan: Plan) -> dict[str, Any]:
+    """Requests by stage, then by system, then by lane, each level labelled."""
+    out: dict[str, Any] = {}
+    for stage, systems in plan.counts().items():
+        out[stage] = {"requests": sum(sum(lanes) for lanes in systems.values()),
+                      "systems": {slot: {"requests": sum(lanes), "requests_per_lane": lanes}
+                                  for slot, lanes in systems.items()}}
+    return out

@@ -42,8 +42,9 @@ class EngineCore:
     """One invocation's state: the set-up, the ledger, the logs, spend, stops and pauses."""
 
     def __init__(self, setup: StageSetup, ledger: Ledger, *, resume_paused: bool,
-                 progress: Callable[[RunProgress], None] | None) -> None:
-        self.s, self.ledger, self.progress_cb = setup, ledger, progress
+                 progress: Callable[[RunProgress], None] | None,
+                 on_exit: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.s, self.ledger, self.progress_cb, self.on_exit = setup, ledger, progress, on_exit
         d = setup.design
         self.study, self.stage = d.study_id, setup.stage
         self.reserve = d.budgets.reserve_per_item_usd
@@ -59,7 +60,11 @@ class EngineCore:
         self.spend = dict(ledger.spend)
         self.spend_parts = {k: list(v) for k, v in ledger.spend_parts.items()}
         self.under_way = dict.fromkeys(setup.systems, 0)
-        self.admitted = dict.fromkeys(setup.systems, 0)
+        self.admitted = dict.fromkeys(setup.systems, 0)  # this invocation's admissions
+        self.admitted_items: dict[str, set[str]] = {s: set() for s in setup.systems}  # every invocation's
+        for a in ledger.admissions:
+            if a["decision"] == "admit" and a["system"] in self.admitted_items:
+                self.admitted_items[a["system"]].add(a["item"])
         self.refused = dict.fromkeys(setup.systems, 0)
         self.attempts = {s: sum(len(r) for c in ledger.cells.values() if c.request.system == s
                                 for r in c.attempts.values()) for s in setup.systems}
@@ -138,6 +143,7 @@ class EngineCore:
             if decision == "admit":
                 self.under_way[system] += 1
                 self.admitted[system] += 1
+                self.admitted_items[system].add(item)
                 return True
             self.refused_before.add(system)
             self.refused[system] += 1
@@ -152,8 +158,9 @@ class EngineCore:
             standing = sum(c.standing for c in cells)
             state = ("done" if standing == len(cells) else "paused" if s in self.paused else
                      "refused" if s in self.refused_before else "stopped" if s in self.stopped else "running")
-            out.append(SystemProgress(s, self.admitted[s], self.refused[s], self.attempts[s], standing, len(cells),
-                                      self.spend[s], self.s.design.system(s).cap_usd, state))
+            out.append(SystemProgress(s, len(self.admitted_items[s]), self.refused[s], self.attempts[s], standing,
+                                      len(cells), self.spend[s], self.s.design.system(s).cap_usd, state,
+                                      items_admitted_now=self.admitted[s]))
         return tuple(out)
 
     def progress(self) -> RunProgress:

@@ -41,7 +41,7 @@ def preflight(
     """The preflight summary (`RunSummary` with mode `preflight`); exit_code 0 when nothing stands in the way."""
     from harness.evidence.lock import lock_holder
     from harness.run.rules import ceiling_total
-    from harness.run.setup import load_stage_ledger, requests_from, setup_stage
+    from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
     from harness.run.summary import RunProgress, RunSummary, SystemProgress
 
     problems: list[dict[str, Any]] = []
@@ -59,10 +59,10 @@ def preflight(
     d = setup.design
     ledger = None
     try:
-        setup.requests = requests_from(setup.folder, setup.plan_bytes, write=False)
+        pin_plan(setup, write=False)
         ledger = load_stage_ledger(setup)
     except Refusal as exc:
-        problem("history" if exc.code != Code.RUN_PLAN_CHANGED else "plan", exc.message, refusal=exc.code, path=exc.path)
+        problem("plan" if exc.code in (Code.RUN_PLAN_CHANGED, Code.AMENDMENT_CHANGES_STAGE) else "history", exc.message, refusal=exc.code, path=exc.path)
     holder = lock_holder(os.path.join(setup.folder, ".invocation.lock"))
     if holder is not None:
         problem("lock", f"another invocation (pid {holder}) holds the results folder", path=setup.folder)

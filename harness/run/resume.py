@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from harness.errors import Code, InputRefusal, LogRefusal, Refusal, RunRefusal
 from harness.evidence.chain_read import read_log, seed_hash
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, canonical_line, sha256_hex
-from harness.records.attempt import validate_attempt
+from harness.records.attempt import validate_attempt, validate_run_attempt
 from harness.records.plan import Plan, PlanCell
 from harness.run.attempts import read_plan
 
@@ -65,6 +65,8 @@ class RunState:
         failure_class: the class of its last error (`ERROR_CLASSES`), else None.
         error_code: its last attempt's error code, else None.
         lines: the attempts log lines of its attempts, in order.
+        rerun: in a runner's attempts log (records with `rerun`), the rerun these
+            attempts belong to (the latest one logged); None in a plain log.
     """
 
     run_id: str
@@ -74,10 +76,11 @@ class RunState:
     failure_class: str | None = None
     error_code: str | None = None
     lines: tuple[int, ...] = ()
+    rerun: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The `resume-run.v1` line."""
-        return {
+        """The `resume-run.v1` line (with `rerun` when the log was a runner's)."""
+        out: dict[str, Any] = {
             "kind": RESUME_RUN_KIND,
             "run_id": self.run_id,
             "state": self.state,
@@ -86,6 +89,9 @@ class RunState:
             "class": self.failure_class,
             "error_code": self.error_code,
         }
+        if self.rerun is not None:
+            out["rerun"] = self.rerun
+        return out
 
 
 def _is_repair(record: Mapping[str, Any]) -> bool:
@@ -146,7 +152,53 @@ def _check_line(
         raise bad(f"attempt {number} {what}: expected attempt {len(earlier) + 1}", Code.ATTEMPT_NUMBERING_INVALID)
 
 
-def _state(run_id: str, history: Sequence[tuple[int, Mapping[str, Any]]], limit: int) -> RunState:
+_ANY_RERUN: Final = 2**31
+"""The bound on `rerun` resume checks: the plan does not carry the registered reruns."""
+
+
+def _rerun_of(record: Mapping[str, Any], line: int, path: str | None) -> int | None:
+    """The record's rerun (a runner's attempts log), or None (a plain log); the record is validated."""
+    if "rerun" not in record:
+        validate_attempt(record, line, path=path)
+        return None
+    validate_run_attempt(record, line, reruns=_ANY_RERUN, path=path)
+    rerun: int = record["rerun"]
+    return rerun
+
+
+def _check_rerun(record: Mapping[str, Any], line: int, rerun: int, current: int | None,
+                 earlier: Sequence[tuple[int, Mapping[str, Any]]], path: str | None) -> bool:
+    """Whether `record` starts the run's next rerun; refuses a rerun out of order or after a standing end."""
+    base = 0 if current is None else current
+    if rerun == base and (current is not None or rerun == 0):
+        return False
+    run_id, number = record["run_id"], record["attempt"]
+
+    def bad(message: str, code: Code) -> Refusal:
+        return Refusal(code, f"line {line}: {message}", path, line=line, run_id=run_id, attempt=number, rerun=rerun)
+
+    if current is None or rerun != current + 1:
+        expected = 0 if current is None else f"{current} or {current + 1}"
+        raise bad(f"rerun {rerun} out of order: expected rerun {expected}", Code.ATTEMPT_NUMBERING_INVALID)
+    if not earlier:  # a rerun's first attempt is logged before anything else of it
+        raise bad(f"rerun {rerun} follows rerun {current}, which has no attempt", Code.ATTEMPT_NUMBERING_INVALID)
+    last = earlier[-1][1]
+    if last["outcome"] == "delivered":
+        raise bad(f"rerun {rerun} follows rerun {current}'s delivered attempt {last['attempt']}",
+                  Code.ATTEMPT_AFTER_DELIVERY)
+    if ERROR_CLASSES.get(last["error_code"]) == "model":
+        raise bad(f"rerun {rerun} follows rerun {current}'s model failure {last['error_code']} (it stands)",
+                  Code.ATTEMPT_AFTER_FINAL)
+    return True
+
+
+def _state(run_id: str, history: Sequence[tuple[int, Mapping[str, Any]]], limit: int,
+           rerun: int | None = None) -> RunState:
+    state = _plain_state(run_id, history, limit)
+    return state if rerun is None else replace(state, rerun=rerun)
+
+
+def _plain_state(run_id: str, history: Sequence[tuple[int, Mapping[str, Any]]], limit: int) -> RunState:
     n = len(history)
     if n == 0:
         return RunState(run_id, "pending", 1, 0)
@@ -176,7 +228,10 @@ def schedule(
     Args:
         plan: the plan the attempts were made for.
         attempts: the attempts log's records in log order (line i+1 is attempts[i]);
-            recorded torn-tail repairs are skipped.
+            recorded torn-tail repairs are skipped. A runner's own log (records
+            with `rerun`) is read rerun by rerun: attempts are numbered within
+            their rerun, a rerun starts after the previous one ended without a
+            delivery or a model failure, and each run's state is its latest rerun's.
         stage: only this stage's runs (its own attempts log), or every run.
         transport_retries: the registered retries after a transport-class error, 0 to 3.
         path: the attempts log, named in refusals.
@@ -190,15 +245,20 @@ def schedule(
     limit = transport_retries + 1
     runs = _selected(plan, stage)
     history: dict[str, list[tuple[int, Mapping[str, Any]]]] = {run_id: [] for run_id in runs}
+    reruns: dict[str, int] = {}
     for line, record in enumerate(attempts, start=1):
         if isinstance(record, Mapping) and _is_repair(record):
             continue
-        validate_attempt(record, line, path=path)
+        rerun = _rerun_of(record, line, path)
         earlier = history.get(record["run_id"])
+        if rerun is not None and earlier is not None:
+            if _check_rerun(record, line, rerun, reruns.get(record["run_id"]), earlier, path):
+                earlier = history[record["run_id"]] = []
+            reruns[record["run_id"]] = rerun
         _check_line(record, line, plan, runs, earlier, limit, path)
         assert earlier is not None
         earlier.append((line, record))
-    return [_state(run_id, history[run_id], limit) for run_id in runs]
+    return [_state(run_id, history[run_id], limit, reruns.get(run_id)) for run_id in runs]
 
 
 # --------------------------------------------------------------------------

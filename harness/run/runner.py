@@ -22,7 +22,7 @@ from harness.evidence.lock import InvocationLock
 from harness.providers.transport import Transport
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
-from harness.run.setup import load_stage_ledger, requests_from, setup_stage
+from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
 from harness.run.summary import RunProgress, RunSummary
 from harness.run.upkeep import Upkeep, deferred_signals
 
@@ -111,6 +111,7 @@ def run_stage(
     preflight: bool = False,
     base_urls: Mapping[str, str] | None = None,
     progress: Callable[[RunProgress], None] | None = None,
+    on_exit: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunSummary:
     """Run (or continue) one stage of a frozen preregistration into `results_dir/<study>/<stage>/`.
 
@@ -123,6 +124,8 @@ def run_stage(
         preflight: report every problem that would stop the run, before any provider call.
         base_urls: catalog id -> base URL, overriding the catalog and its environment variable.
         progress: called (on the runner's thread) after every admission, attempt and final.
+        on_exit: called with the exit record (`Upkeep.exit_record`) when a second signal
+            exits the process at once; the process then ends with 128 + the signal number.
 
     Returns:
         The summary; `exit_code` 0 only when every cell of the stage has a standing final.
@@ -138,7 +141,7 @@ def run_stage(
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
     if dry_run:
-        setup.requests = requests_from(setup.folder, setup.plan_bytes, write=False)
+        pin_plan(setup, write=False)
         ledger = load_stage_ledger(setup)
         engine = _Engine(setup, ledger, resume_paused=False, progress=None)
         cells = _cells_summary(ledger, engine)
@@ -147,9 +150,9 @@ def run_stage(
                           engine.progress(), cells=cells)
     os.makedirs(setup.folder, exist_ok=True)
     with InvocationLock(os.path.join(setup.folder, ".invocation.lock")):
-        setup.requests = requests_from(setup.folder, setup.plan_bytes, write=True)
+        pin_plan(setup, write=True)
         ledger = load_stage_ledger(setup)
-        engine = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress)
+        engine = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress, on_exit=on_exit)
         with deferred_signals(engine):
             engine.recover()
             engine.event("start", pid=os.getpid(), dry_run=False, resume_paused=resume_paused,

@@ -1,7 +1,9 @@
 """What a stage is, from the frozen preregistration: the set-up the runner and the preflight share.
 
 `setup_stage` checks the preregistration and resolves the stage's plan, models,
-prices and base URLs; `requests_from` pins the folder's plan.jsonl;
+prices and base URLs; `pin_plan` pins the folder's plan.jsonl (a stage that ran
+under an earlier freeze keeps its plan when the amendments since do not change
+what it ran); `requests_from` reads the pinned plan;
 `load_stage_ledger` reads the folder's history under the registered rules.
 
 The manual: docs/run.md.
@@ -18,6 +20,7 @@ from harness.errors import Code, RunRefusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_line, read_bytes
 from harness.meter.pricing import BUNDLED_PRICING, Price, load_pricing
+from harness.prereg.amended import check_stage_plan
 from harness.prereg.design import Design
 from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE, plan_study
@@ -27,7 +30,7 @@ from harness.run.attempts import read_plan
 from harness.run.layout import stage_folder
 from harness.run.ledger import Ledger, load_ledger
 
-__all__ = ["StageSetup", "load_stage_ledger", "requests_from", "setup_stage", "stage_plan_bytes"]
+__all__ = ["StageSetup", "load_stage_ledger", "pin_plan", "requests_from", "setup_stage", "stage_plan_bytes"]
 
 
 @dataclasses.dataclass
@@ -83,6 +86,27 @@ def setup_stage(prereg_dir: str | os.PathLike[str], stage: str, results_dir: str
     urls = {slot: (base_urls or {}).get(m.id) or m.effective_base_url() for slot, m in models.items()}
     return StageSetup(frozen, design, stage, folder, plan_bytes, (), models,
                       {slot: pricing.get(m.pricing_key) for slot, m in models.items()}, pricing_path, urls)
+
+
+def pin_plan(setup: StageSetup, *, write: bool) -> None:
+    """Fill in `setup.requests` from the folder's plan.jsonl (written first when `write` and absent).
+
+    A plan.jsonl that is not the stage's plan under the current freeze is kept (and becomes
+    `setup.plan_bytes`) when it ran under an earlier freeze of this preregistration and the
+    amendments since do not change what it ran; otherwise the refusal names the stage
+    (`amendment_changes_stage`, or `run_plan_changed`).
+    """
+    path = os.path.join(setup.folder, "plan.jsonl")
+    if os.path.lexists(path):
+        stored = read_bytes(path)
+        if stored != setup.plan_bytes:
+            verdict = check_stage_plan(stored, setup.plan_bytes, setup.frozen, setup.stage)
+            if not verdict.ok:
+                assert verdict.code is not None
+                raise RunRefusal(verdict.code, verdict.message, path, stage=setup.stage,
+                                 amendments=list(verdict.amendments))
+            setup.plan_bytes = stored
+    setup.requests = requests_from(setup.folder, setup.plan_bytes, write=write)
 
 
 def requests_from(folder: str, data: bytes, *, write: bool) -> tuple[PlanCell, ...]:

@@ -12,7 +12,13 @@ __all__ = ["RunProgress", "RunSummary", "SystemProgress"]
 
 @dataclass(frozen=True)
 class SystemProgress:
-    """One system's counts: items admitted (this invocation), attempts and spend (all invocations)."""
+    """One system's counts.
+
+    `items_admitted` (distinct items ever admitted), `attempts` and `spend_usd` count
+    every invocation of the stage, so a resume that only completes what an earlier
+    invocation admitted does not read as "nothing admitted"; `items_admitted_now`
+    and `items_refused` count this invocation's admission decisions.
+    """
 
     system: str
     items_admitted: int
@@ -23,6 +29,7 @@ class SystemProgress:
     spend_usd: float
     cap_usd: float
     state: str  # running | paused | stopped | refused | done
+    items_admitted_now: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

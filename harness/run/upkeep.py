@@ -103,12 +103,31 @@ class Upkeep(Lanes):
         for signum in pending:
             self.on_signal(signum)
 
+    def exit_record(self, signum: int) -> dict[str, Any]:
+        """What a second signal leaves the caller: the summary's shape, `stopped: second_signal`, exit 128+signum.
+
+        Built from the engine's state without its lock (the exit may come while it is held).
+        """
+        return {"ok": False, "exit_code": 128 + signum, "mode": "run", "study": self.study, "stage": self.stage,
+                "folder": self.s.folder, "complete": False, "stopped": "second_signal", "signum": signum,
+                "progress": self.progress().to_json(), "stops": list(self.stops),
+                "note": "exited at once: attempts under way were not saved; run the same command to resume "
+                        "(repair a torn tail first with proctor ledger repair FILE if it refuses)"}
+
+    def hard_exit(self, signum: int) -> None:
+        """The second signal: hand the exit record to `on_exit` (never letting it stop the exit), then exit."""
+        try:
+            if self.on_exit is not None:
+                self.on_exit(self.exit_record(signum))
+        finally:  # whatever the callback does or raises, the process ends here
+            os._exit(128 + signum)
+
     def on_signal(self, signum: int) -> None:
         self.signals += 1
         with self.lock:
             self._event_locked("signal", signum=signum, count=self.signals)
             if self.signals >= 2:
-                os._exit(128 + signum)
+                self.hard_exit(signum)
             self.interrupted = True
             self._stop_locked(None, "interrupt", f"signal {signum}")
 
@@ -150,7 +169,7 @@ def deferred_signals(engine: Upkeep) -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         engine.pending_signals.append(signum)
         if engine.signals + len(engine.pending_signals) >= 2:
-            os._exit(128 + signum)
+            engine.hard_exit(signum)
 
     previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -90,6 +90,24 @@ def test_real_runs_pass_the_oracle(runs: dict[str, tuple[Path, Path]], name: str
     assert run_problems(folder.parent.parent) == []  # a results root, rules from the run log
 
 
+def test_a_study_folder_and_a_shared_results_root(runs: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
+    # issue 13 item 10: a study folder is read (all its stages), and a results root shared with another
+    # study is checked against the preregistration's own study only (no false problems from the other)
+    p_clean, clean = runs["clean"]
+    _, cap = runs["cap"]
+    root = tmp_path / "results"
+    shutil.copytree(clean, root / "rt" / "A")
+    shutil.copytree(cap, root / "other" / "A")  # run under other rules (a tiny cap)
+    assert run_problems(root / "rt", prereg_dir=p_clean) == []
+    assert run_problems(root / "rt") == []
+    assert run_problems(root, prereg_dir=p_clean) == []
+    assert run_problems(root) == []  # every study, each by its own run log's rules
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (missing,) = run_problems(empty, prereg_dir=p_clean)
+    assert "no stage folder of study 'rt'" in missing.message
+
+
 def test_the_copies_and_rebuild_change_nothing(copy: Callable[[str], tuple[Path, Path]]) -> None:
     p, folder = copy("errors")
     rebuild(folder, p, lambda recs: None)

@@ -118,8 +118,8 @@ def test_sigkill_at_random_moments_leaves_an_intact_or_torn_repairable_log(tmp_p
             assert status.problem.kind == "torn_tail", status.problem
             assert status.problem.line == status.lines + 1
             torn = _tail(path).rsplit(b"\n", 1)[-1]
-            assert torn and status.problem.message.endswith(
-                f"{len(torn)} bytes (repair moves it to a quarantine file)"
+            assert torn and f"a torn tail of {len(torn)} bytes; run `proctor ledger repair FILE`" in (
+                status.problem.message  # issue 13 item 10: the refusal names the command that repairs it
             )
             torn_seen += 1
             limited_torn += bool(limit)

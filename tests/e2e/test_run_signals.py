@@ -74,20 +74,27 @@ def test_a_first_signal_stops_admission_and_saves_what_is_under_way(tmp_path: Pa
     assert run_problems(folder, prereg_dir=p) == []
 
 
-def test_a_second_signal_exits_at_once_and_saved_records_survive(tmp_path: Path, sim: Sim) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_exits_at_once_and_saved_records_survive(tmp_path: Path, sim: Sim, signum: int) -> None:
     p, results, env, proc = start(tmp_path, sim, latency=1.5)
     folder = results / "rt" / "A"
     wait_for_lines(folder, proc, 1)  # one attempt saved (1.5 s); the next ones are then in flight
     wait_for_lines(folder, proc, 5, "admission")
     time.sleep(0.2)
     saved = (folder / "attempts.jsonl").read_bytes()
-    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, signum)
     time.sleep(0.2)
     t = time.monotonic()
-    os.kill(proc.pid, signal.SIGTERM)
-    proc.communicate(timeout=30)
-    assert proc.returncode == 128 + signal.SIGTERM
+    os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum
     assert time.monotonic() - t < 1.0  # at once: not after the in-flight attempts (1.5 s) end
+    # issue 13 item 10: with --json the stop record is printed (one JSON object), even on the second signal
+    record = json.loads(out)
+    assert (record["ok"], record["exit_code"], record["stopped"], record["signum"]) == (
+        False, 128 + signum, "second_signal", int(signum)), (out, err)
+    assert record["folder"] == str(folder) and record["stage"] == "A" and not record["complete"]
+    assert {s["cause"] for s in record["stops"]} == {"interrupt"}
     assert (folder / "attempts.jsonl").read_bytes().startswith(saved)
     for name in ("attempts", "finals", "run", "admission", "host", "anchors"):
         path = folder / f"{name}.jsonl"
@@ -152,7 +159,8 @@ def test_signals_outside_the_event_loop_are_handled_too(tmp_path: Path, sim: Sim
         assert [e["count"] for e in signals] == [1]
         assert got["run"][-1]["event"] == "end"
         assert run_problems(folder, prereg_dir=p) == []
-    else:  # a second signal exits at once with 128 + SIGTERM, as inside the loop
+    else:  # a second signal exits at once with 128 + SIGTERM, as inside the loop, printing the stop record
         assert done.returncode == 128 + int(signal.SIGTERM), (done.stdout, done.stderr)
+        assert json.loads(done.stdout)["stopped"] == "second_signal"
         for name in ("attempts", "finals", "run"):
             assert verify_log(folder / f"{name}.jsonl", log_seed("rt", "A", name)).ok

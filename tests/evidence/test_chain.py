@@ -413,6 +413,27 @@ def test_a_torn_tail_is_reported_with_its_line_number(tmp_path: Path) -> None:
     assert caught.value.code == "log_torn_tail" and caught.value.details["line"] == 6
 
 
+def test_a_torn_tail_refusal_says_to_run_ledger_repair_and_that_repairs_it(tmp_path: Path) -> None:
+    # issue 13 item 10: every torn-tail refusal names the command that fixes it
+    path = tmp_path / "attempts.jsonl"
+    log = ChainedLog(path, SEED)
+    for i in range(3):
+        log.append({"event": "x", "i": i})
+    with path.open("ab") as f:
+        f.write(b'{"prev": "cut')
+    for fn in (lambda: read_log(path, SEED), lambda: ChainedLog(path, SEED).append({"event": "y"})):
+        with pytest.raises(Refusal) as caught:
+            fn()
+        assert caught.value.code == "log_torn_tail" and caught.value.path == str(path)
+        assert "proctor ledger repair" in caught.value.message, caught.value.message
+    status = verify_log(path, SEED)
+    assert status.problem is not None and "proctor ledger repair" in status.problem.message
+    done = subprocess.run([sys.executable, "-m", "harness", "ledger", "repair", str(path), "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [r["i"] for r in read_log(path, SEED) if "i" in r] == [0, 1, 2]
+
+
 def test_a_torn_first_line_is_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     path.write_bytes(b'{"prev":')

@@ -37,7 +37,7 @@ from tests.support.oracle import flip_verdict, rebuild
 from tests.support.paths import REPO
 from tests.support.study import prereg, sim_servers, system, urls
 
-TABLES = ("breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
+TABLES = ("amendments", "breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
 FIGURES = ("forest.png", "forest.svg", "savings.png", "savings.svg")
 
 
@@ -96,7 +96,7 @@ def test_analyze_writes_and_anchors_every_output_and_repeats_byte_for_byte(study
                   "break_even:\n  - stage A, arm direct: ", f"html: {out / 'analysis.html'}", str(out / "tables" / "q.csv")):
         assert shown in done.stdout, shown
     assert f"running the notebook -> {out / 'analysis.ipynb'}" in done.stderr
-    assert "anchoring the notebook and 12 outputs in 1 stage(s)" in done.stderr and "Traceback" not in done.stderr
+    assert "anchoring the notebook and 13 outputs in 1 stage(s)" in done.stderr and "Traceback" not in done.stderr
 
     # the files: the executed notebook, its HTML, one CSV per table, each figure as PNG and SVG
     assert sorted(f.name for f in (out / "tables").iterdir()) == [f"{t}.csv" for t in TABLES]
@@ -256,11 +256,12 @@ def test_lines_for_people_and_tables_for_the_notebook() -> None:
         "stage A: x vs y on direct, margin 0.1: diff -0.020, 90% CI [-0.080, 0.040], n 30, p 0.012 (tango) "
         "-> equivalent",
         "stage B: x vs z on direct, margin 0.1: not made (system z is not in stage B)"]
-    line = breakeven_lines([{"stage": "A", "arm": "direct", "cheap": "x", "strong": "y", "q": 0.8,
+    line = breakeven_lines([{"stage": "A", "arm": "direct", "cheap": "x", "strong": "middle", "q": 0.8,
                              "break_even_q": 0.25, "predicted_savings": 0.55, "composed_pass_rate": 0.9,
                              "strong_pass_rate": 0.85, "gate": "oracle"}])
-    assert line == ["stage A, arm direct: x first, then y: q 0.800 vs break-even 0.250 -> predicted savings "
-                    "+0.550 of the strong cost; composed pass rate 0.900 vs strong alone 0.850 (oracle gate)"]
+    # issue 13 item 10: the system escalated to is named, never called "strong" (here it is the middle tier)
+    assert line == ["stage A, arm direct: x first, then middle: q 0.800 vs break-even 0.250 -> predicted savings "
+                    "+0.550 of middle's cost; composed pass rate 0.900 vs middle alone 0.850 (oracle gate)"]
     table = frame_table("T", pl.DataFrame({"a": ["p"], "cost": [0.0000804], "rate": [0.5], "n": [3]}),
                         columns=["a", "cost", "rate", "absent"])
     assert table.columns == ("a", "cost", "rate")

@@ -290,8 +290,91 @@ def test_the_catalog_must_hold_every_system(folder: Path) -> None:
     _refused("catalog_invalid", lambda: freeze(folder))
 
 
+def _use_model(model: str, pricing_key: str) -> Callable[[dict[str, Any]], None]:
+    def apply(design: dict[str, Any]) -> None:
+        design["systems"][1].update(model=model, pricing_key=pricing_key)
+    return apply
+
+
+def _manifest_for(model: str) -> dict[str, Any]:
+    return _systems(_put(1, "model", model))
+
+
+def test_check_and_freeze_refuse_a_model_missing_from_the_bundled_catalog(tmp_path: Path) -> None:
+    # Issue 13 item 5: with no catalog.toml, plan resolves the bundled catalog; check and freeze must too.
+    f = write_prereg(tmp_path, _use_model("sim-k4", "sim-k3"), systems=_manifest_for("sim-k4"))
+    for fn in (lambda: check_prereg(f), lambda: freeze(f)):
+        refusal = _refused("unknown_model", fn)
+        assert refusal.message.startswith("system strong: no model 'sim-k4' in the catalog")
+        assert refusal.path is not None and refusal.path.endswith("catalog.toml")
+    assert not (f / "FROZEN.json").exists()
+    for action in ("check", "freeze"):
+        result = run_proctor("prereg", action, str(f))
+        assert (result.code, result.out["refusal"]) == (3, "unknown_model"), result.out
+    assert not (f / "FROZEN.json").exists()
+
+
+def test_check_and_freeze_refuse_a_pricing_key_the_bundled_catalog_disagrees_with(tmp_path: Path) -> None:
+    f = write_prereg(tmp_path, _use_model("sim-k3", "sim-glm"))
+    for fn in (lambda: check_prereg(f), lambda: freeze(f)):
+        refusal = _refused("systems_catalog_mismatch", fn)
+        assert "pricing key 'sim-glm' in design.toml, 'sim-k3' in the catalog" in refusal.message
+    assert not (f / "FROZEN.json").exists()
+
+
+def test_check_and_freeze_refuse_an_unpriced_model(folder: Path) -> None:
+    # The folder's own catalog lists the model, but no pricing lists its key: run would refuse it.
+    (folder / "catalog.toml").write_bytes(CATALOG.replace(b'pricing_key = "sim-k3"', b'pricing_key = "k9"'))
+    (folder / "design.toml").write_text((folder / "design.toml").read_text().replace(
+        'pricing_key = "sim-k3"', 'pricing_key = "k9"'))
+    for fn in (lambda: check_prereg(folder), lambda: freeze(folder)):
+        refusal = _refused("system_unpriced", fn)
+        assert "system strong: no price for 'k9'" in refusal.message
+        assert refusal.path is not None and refusal.path.endswith("harness/data/pricing.yaml")
+    result = run_proctor("prereg", "freeze", str(folder))
+    assert (result.code, result.out["refusal"]) == (3, "system_unpriced"), result.out
+    assert not (folder / "FROZEN.json").exists()
+
+
+def test_a_folder_pricing_file_is_the_one_resolved(folder: Path) -> None:
+    pricing = REPO / "harness" / "data" / "pricing.yaml"
+    text = pricing.read_text()
+    (folder / "pricing.yaml").write_text(text.replace("sim-k3:", "sim-k3-old:"))
+    refusal = _refused("system_unpriced", lambda: freeze(folder))
+    assert refusal.path == str(folder / "pricing.yaml")
+    (folder / "pricing.yaml").write_text(text)
+    report = check_prereg(folder)
+    assert report["resolved"]["pricing"] == str(folder / "pricing.yaml")
+    assert [s["priced"] for s in report["resolved"]["systems"]] == [True, True]
+    freeze(folder)
+    (folder / "pricing.yaml").write_text("models: {}\n")
+    _refused("pricing_invalid", lambda: amend(folder, "drop every price"))
+
+
 # --------------------------------------------------------------------------
 # Any byte changed in any file is refused
+
+
+def test_a_jupyter_checkpoints_folder_is_not_a_change(folder: Path) -> None:
+    # issue 13 item 10: opening PREREG.md or a notebook in Jupyter leaves .ipynb_checkpoints behind
+    checkpoints = folder / ".ipynb_checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "PREREG-checkpoint.md").write_text("an autosave\n")
+    freeze(folder)
+    assert ".ipynb_checkpoints" not in json.dumps(_registered(folder))
+    check_frozen(folder)
+    assert check_prereg(folder)["frozen"]["state"] == "frozen"
+    (checkpoints / "design-checkpoint.toml").write_text("another autosave\n")
+    check_frozen(folder)
+    _refused("amendment_empty", lambda: amend(folder, "nothing but an autosave"))
+    shutil.rmtree(checkpoints)
+    check_frozen(folder)
+    # only that folder, and only as a folder: a file by that name, or another hidden folder, is still refused
+    checkpoints.write_text("not a folder\n")
+    _refused("prereg_changed_since_freeze", lambda: check_frozen(folder))
+    checkpoints.unlink()
+    (folder / ".hidden").mkdir()
+    _refused("prereg_changed_since_freeze", lambda: check_frozen(folder))
 
 
 def _registered(f: Path) -> list[str]:
@@ -673,3 +756,20 @@ def test_prereg_commands_open_no_connection_and_show_no_credential(folder: Path,
     assert not log.exists(), log.read_text(encoding="utf-8")
     for path in folder.iterdir():
         assert secret.encode() not in path.read_bytes()
+
+
+def test_the_freeze_history_rebuilds_every_earlier_frozen_json(frozen: Path) -> None:
+    from harness.prereg.frozen import freeze_history
+
+    seen = [_sha((frozen / "FROZEN.json").read_bytes())]
+    (frozen / "analysis.md").write_bytes(b"the analysis plan in words\n")
+    amend(frozen, "add the analysis text")
+    seen.append(_sha((frozen / "FROZEN.json").read_bytes()))
+    amend(frozen, "a deviation with no file change", note=True)
+    seen.append(_sha((frozen / "FROZEN.json").read_bytes()))
+    (frozen / "analysis.md").unlink()
+    (frozen / "PREREG.md").write_bytes(b"# tiny\n\nRewritten.\n")
+    amend(frozen, "drop the analysis text, rewrite the text")
+    seen.append(_sha((frozen / "FROZEN.json").read_bytes()))
+    assert freeze_history(frozen) == tuple(seen) == check_frozen(frozen).freezes()
+    assert len(set(seen)) == 4

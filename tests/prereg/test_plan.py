@@ -554,10 +554,39 @@ def test_plan_and_prereg_check_open_no_connection_and_leak_no_credential(study: 
 def test_json_output_reports_counts_and_the_plan_sha256(study: Study, tmp_path: Path) -> None:
     out = tmp_path / "plan.jsonl"
     result = plan_cli(study, "pilot", out)
+    # issue 13 item 10: the scope is given by its name, and the counts are labelled
     assert result == {
-        "ok": True, "study": "tiny", "scope": "pilot", "plan": str(out), "sha256": sha(out.read_bytes()),
-        "requests": 56, "draw": 10, "counts": {"A": {"cheap": [12, 12], "strong": [12, 12]}, "B": {"mid": [4, 4]}},
+        "ok": True, "study": "tiny", "scope": "@stages", "scope_means": "every registered stage, as registered",
+        "scope_recorded": "pilot", "plan": str(out), "sha256": sha(out.read_bytes()),
+        "requests": 56, "draw_items": 10, "warnings": [],
+        "requests_by_stage": {
+            "A": {"requests": 48, "systems": {"cheap": {"requests": 24, "requests_per_lane": [12, 12]},
+                                              "strong": {"requests": 24, "requests_per_lane": [12, 12]}}},
+            "B": {"requests": 8, "systems": {"mid": {"requests": 8, "requests_per_lane": [4, 4]}}},
+        },
     }
+
+
+def test_scopes_are_named_apart_from_stage_ids_and_the_old_spellings_are_aliases(tmp_path: Path) -> None:
+    # A stage may be called "pilot"; the scope of every registered stage is "@stages", which no stage id can be.
+    s = make_study(tmp_path, frozen=False)
+    design = s.prereg / "design.toml"
+    design.write_text(design.read_text().replace('id = "A"', 'id = "pilot"').replace('"A"', '"pilot"'))
+    prereg.freeze(s.prereg)
+    named, alias = tmp_path / "named.jsonl", tmp_path / "alias.jsonl"
+    by_name = plan_cli(s, "@stages", named)
+    by_alias = plan_cli(s, "pilot", alias)
+    assert named.read_bytes() == alias.read_bytes()  # the same plan, recorded as before
+    assert lines(named)[0]["scope"] == "pilot"
+    assert by_name["scope"] == by_alias["scope"] == "@stages"
+    assert set(by_name["requests_by_stage"]) == {"pilot", "B"}  # every stage, not the stage 'pilot'
+    assert by_name["warnings"] == []
+    assert by_alias["warnings"] == ["--scope pilot is the old spelling of @stages (every registered stage, as "
+                                    "registered), not the stage 'pilot'"]
+    for name, old in (("@matrix-once", "matrix-once"), ("@full", "full")):
+        assert plan_study(s.prereg, name).to_bytes() == plan_study(s.prereg, old).to_bytes()
+    done = run_proctor("plan", str(s.prereg), "--scope", "A", "--out", str(tmp_path / "x.jsonl"))
+    assert done.code == 2 and "@stages" in done.out["message"]
 
 
 def test_human_output_shows_the_counts(study: Study, tmp_path: Path) -> None:

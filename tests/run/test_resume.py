@@ -24,8 +24,11 @@ from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes, canonical_line, loads_strict, sha256_hex
 from harness.records.plan import Plan
 from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES, RunState, schedule
+from harness.run.runner import run_stage
+from tests.support import study
 from tests.support.attempts import delivered, failed, plan_records, write_plan, write_records
 from tests.support.cli import run_proctor
+from tests.support.study import Sim
 
 FINAL_CODES = tuple(c for c in ERROR_CLASSES if c not in TRANSPORT_CODES)
 
@@ -478,3 +481,54 @@ def _property_plan(factory: pytest.TempPathFactory) -> Plan:
     if id(factory) not in _PLANS:
         _PLANS[id(factory)] = write_plan(factory.mktemp("plan") / "plan.jsonl")
     return _PLANS[id(factory)]
+
+
+# --------------------------------------------------------------------------
+# The runner's own attempts log (issue 13 item 10)
+
+
+def test_resume_reads_the_runners_own_attempts_log(tmp_path: Path, sim: Sim) -> None:
+    # a real stage with server errors, so its attempts log holds reruns (attempts numbered per rerun)
+    url = sim([study.system("sim-flash", 1.0, server_error=0.5), study.system("sim-glm", 0.0)])
+    summary = run_stage(study.prereg(tmp_path), "A", tmp_path / "results", base_urls=study.urls(url))
+    folder = Path(summary.folder)
+    attempts = study.logs(folder)["attempts"]
+    assert max(a["rerun"] for a in attempts) >= 1
+    out = tmp_path / "schedule.jsonl"
+    done = run_proctor("resume", "--plan", str(folder / "plan.jsonl"), "--attempts", str(folder / "attempts.jsonl"),
+                       "--out", str(out), "--transport-retries", "0")
+    assert done.code == 0, done.out
+    runs = [loads_strict(x) for x in out.read_bytes().splitlines()[1:]]
+    finals: dict[str, dict[str, Any]] = {}
+    for f in study.logs(folder)["finals"]:
+        finals[f["run_id"]] = f  # the last final of each run
+    assert {r["run_id"] for r in runs} == set(finals)
+    for r in runs:
+        last = finals[r["run_id"]]
+        assert r["rerun"] == last["rerun"]
+        assert r["state"] == ("delivered" if last["class"] == "delivered" else "exhausted"), (r, last)
+
+
+def _run_records(plan: Plan, records: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any]]:
+    return [{**record, "rerun": rerun} for record, rerun in records]
+
+
+def test_a_runner_log_is_checked_rerun_by_rerun(plan: Plan) -> None:
+    a, b, _ = plan.requests
+    got = states(plan, _run_records(plan, [(failed(a, 1, "server_error"), 0), (failed(a, 1, "timeout"), 1),
+                                           (delivered(a, 2), 1), (delivered(b, 1), 0)]), transport_retries=1)
+    assert (got[a.run_id].state, got[a.run_id].rerun, got[a.run_id].attempts) == ("delivered", 1, 2)
+    assert got[a.run_id].to_json()["rerun"] == 1 and "rerun" not in states(plan, [])[a.run_id].to_json()
+    cases = [
+        ([(failed(a, 1, "server_error"), 1)], "attempt_numbering_invalid", "rerun 1 out of order"),
+        ([(delivered(a, 1), 0), (delivered(a, 1), 1)], "attempt_after_delivery", "delivered attempt 1"),
+        ([(failed(a, 1, "content_filter"), 0), (delivered(a, 1), 1)], "attempt_after_final", "model failure"),
+        ([(failed(a, 1, "server_error"), 0), (failed(a, 1, "server_error"), 2)], "attempt_numbering_invalid",
+         "expected rerun 0 or 1"),
+        ([(failed(a, 1, "server_error"), 0), (failed(a, 1, "server_error"), 1), (failed(a, 2, "timeout"), 0)],
+         "attempt_numbering_invalid", "rerun 0 out of order"),
+    ]
+    for records, code, fragment in cases:
+        with pytest.raises(Refusal) as caught:
+            schedule(plan, _run_records(plan, records), transport_retries=1)
+        assert caught.value.code == code and fragment in caught.value.message, (records, caught.value.message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,9 @@ def test_a_clean_run_stands_every_cell_with_verified_receipts(tmp_path: Path, si
     # a second invocation finds everything standing and sends nothing
     again = run_stage(tmp_path / "prereg" / "rt", "A", tmp_path / "results", base_urls=urls(url))
     assert again.exit_code == 0 and len(logs(folder)["attempts"]) == len(lines)
+    # issue 13 item 10: the items admitted count every invocation; this invocation's own are apart
+    assert [(s.items_admitted, s.items_admitted_now) for s in summary.progress.systems] == [(6, 6), (6, 6)]
+    assert [(s.items_admitted, s.items_admitted_now) for s in again.progress.systems] == [(6, 0), (6, 0)]
 
 
 def test_a_provider_error_is_rerun_with_its_final_archived(tmp_path: Path, sim: Sim) -> None:
@@ -154,6 +158,8 @@ def test_resume_after_an_interrupted_run_finishes_it(tmp_path: Path, sim: Sim) -
     assert again.exit_code == 0
     assert len(logs(folder)["attempts"]) == n  # finals re-derived from the saved attempts, no new call
     assert {s.system: s.spend_usd for s in again.progress.systems} == costs
+    # issue 13 item 10: the resume that completed the stage reports every item admitted, not only its own
+    assert {s.system: s.items_admitted for s in again.progress.systems} == {"good": 6, "bad": 6}
 
 
 def test_a_second_invocation_is_refused_while_the_first_holds_the_folder(tmp_path: Path, sim: Sim) -> None:
@@ -193,6 +199,26 @@ def test_preflight_reports_an_unreachable_endpoint(tmp_path: Path, sim: Sim) -> 
     url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
     good = run_stage(folder_p, "A", tmp_path / "results", preflight=True, base_urls=urls(url))
     assert good.exit_code == 0, good.problems
+
+
+def test_proctor_run_takes_the_notebooks_base_url(tmp_path: Path, sim: Sim) -> None:
+    # issue 13 item 10: `proctor run --base-url URL` sends every system's model there, as the run
+    # notebook's base_url parameter does, without PROCTOR_SIM_URL in the environment
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    p = prereg(tmp_path, items=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    argv = [sys.executable, "-m", "harness", "run", str(p), "--stage", "A", "--results", str(tmp_path / "results"),
+            "--json"]
+    done = subprocess.run([*argv, "--preflight", "--base-url", url], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    done = subprocess.run([*argv, "--base-url", url], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    summary = json.loads(done.stdout)
+    assert summary["complete"] and [s["standing"] for s in summary["progress"]["systems"]] == [2, 2]
+    wire = logs(Path(summary["folder"]))["attempts"]
+    assert len(wire) == 4
 
 
 # --------------------------------------------------------------------------

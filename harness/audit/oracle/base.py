@@ -10,7 +10,7 @@ import bisect
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.errors import Refusal
@@ -55,6 +55,9 @@ class Rules:
     spend_before: float | None
     caps: Mapping[str, float]
     manifests: Mapping[str, str]
+    earlier: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Hashes an anchor may hold for a manifest besides the file's own: FROZEN.json's earlier freezes
+    from the one the stage ran under (the chained amendments lead from them to the current one)."""
 
 def seed_hash_of(seed: str) -> str:
     from harness.evidence.chain_read import seed_hash
@@ -100,10 +103,13 @@ class CheckBase:
     spend_times: list[float]
     crossing: tuple[float, float] | None
     crossed_at: float
+    plan_freeze: Any
+    """The plan header's `frozen_sha256`: the freeze the stage ran under."""
 
     def __init__(self, folder: str, prereg: str | None) -> None:
         self.folder = folder
         self.prereg = prereg
+        self.plan_freeze = None
         self.problems: list[Problem] = []
 
     def p(self, name: str, line: int | None, rule: str, message: str) -> None:

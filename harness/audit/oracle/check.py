@@ -84,9 +84,12 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
             manifests = {"plan.jsonl": os.path.join(self.folder, "plan.jsonl"),
                          "FROZEN.json": os.path.join(frozen.path, "FROZEN.json"),
                          "pricing": local if os.path.exists(local) else str(BUNDLED_PRICING)}
+            freezes = frozen.freezes()
+            ran = self.plan_freeze if self.plan_freeze in freezes else freezes[-1]
+            earlier = {"FROZEN.json": frozenset(freezes[freezes.index(ran):])}
             return Rules(d.run.reruns, d.run.transport_retries, d.budgets.reserve_per_item_usd,
                           d.budgets.ceiling_usd, d.budgets.spend_before_usd,
-                          {s.slot: s.cap_usd for s in d.systems}, manifests)
+                          {s.slot: s.cap_usd for s in d.systems}, manifests, earlier)
         starts = [e for _, e in self.events if e["event"] == "start"]
         caps = {s["slot"]: float(s["cap_usd"]) for e in starts[:1] for s in e["systems"]}
         reserve = next((float(a["reserve_usd"]) for _, a in self.admissions), None)
@@ -112,6 +115,7 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
         self.systems = {r.system for r in plan.requests}
         self.study = str(plan.header["study"])
         self.stage = str(plan.header.get("stage") or os.path.basename(self.folder))
+        self.plan_freeze = plan.header.get("frozen_sha256")
         logs = {name: self._log(name) for name in LOGS}
         self.heads = {name: v[1] for name, v in logs.items()}
         self.attempts = logs["attempts"][0]
@@ -135,32 +139,50 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
 
 
 
-def _stage_folders(results_dir: str) -> list[str]:
+def _stages_in(folder: str) -> list[str]:
+    """The stage folders (holding plan.jsonl) directly inside `folder`."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return [os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n, "plan.jsonl"))]
+
+
+def _stage_folders(results_dir: str, study: str | None = None) -> list[str]:
+    """The stage folders of a stage folder, a study folder (RESULTS/<study>) or a results root.
+
+    In a results root only `study`'s folder is taken when `study` is given: a
+    shared root holds other studies, which the preregistration's rules do not govern.
+    """
     if os.path.exists(os.path.join(results_dir, "plan.jsonl")):
         return [results_dir]
+    stages = _stages_in(results_dir)
+    if stages:  # a study folder: its stages
+        return stages
     out = []
-    for study in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
-        sdir = os.path.join(results_dir, study)
-        if not os.path.isdir(sdir):
-            continue
-        for stage in sorted(os.listdir(sdir)):
-            if os.path.exists(os.path.join(sdir, stage, "plan.jsonl")):
-                out.append(os.path.join(sdir, stage))
+    for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
+        if study is None or name == study:
+            out.extend(_stages_in(os.path.join(results_dir, name)))
     return out
 
 
 def run_problems(results_dir: PathArg, *, prereg_dir: PathArg | None = None) -> list[Problem]:
-    """Every problem with the run files under `results_dir` (a stage folder or a results root).
+    """Every problem with the run files under `results_dir`: a stage folder, a study folder or a results root.
 
     With `prereg_dir` the registered rules (reruns, transport retries, reserve, caps,
-    ceiling, spend before, manifests) come from the frozen preregistration; without it
-    they come from the run log's `start` events and the admission records (reruns
-    defaults to the registered default, 2).
+    ceiling, spend before, manifests) come from the frozen preregistration, and in a
+    results root only that study's stages are checked (`RESULTS/<study>/`); without it
+    the rules come from the run log's `start` events and the admission records (reruns
+    defaults to the registered default, 2) and every study's stages are checked.
     """
     root = os.path.abspath(os.fspath(results_dir))
-    folders = _stage_folders(root)
+    study = None
+    if prereg_dir is not None:
+        from harness.prereg.frozen import check_frozen
+
+        study = check_frozen(prereg_dir).design.study_id
+    folders = _stage_folders(root, study)
     if not folders:
-        return [Problem(root, None, "chain", "no stage folder (plan.jsonl) found")]
+        what = "" if study is None else f" of study {study!r}"
+        return [Problem(root, None, "chain", f"no stage folder{what} (plan.jsonl) found: give a stage folder, "
+                        "a study folder (RESULTS/<study>) or a results root")]
     problems: list[Problem] = []
     for folder in folders:
         problems.extend(Check(folder, None if prereg_dir is None else os.fspath(prereg_dir)).run())
