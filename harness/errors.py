@@ -274,6 +274,7 @@ class Code(StrEnum):
     RUN_ARCHIVE_MISMATCH = "run_archive_mismatch"
     RUN_FINAL_INVALID = "run_final_invalid"
     RUN_LOG_INVALID = "run_log_invalid"
+    RUN_PREFLIGHT_FAILED = "run_preflight_failed"
 
     # report: the report cannot be built
     REPORT_REFUSED = "report_refused"

@@ -27,6 +27,7 @@ from harness.stats.power import items_needed, minimum_detectable_margin, tost_po
 __all__ = [
     "BREAKEVEN_SCHEMA",
     "COMPARISON_SCHEMA",
+    "EXHAUSTED_COLUMNS",
     "POWER_SCHEMA",
     "SENSITIVITY_SCHEMA",
     "FrameTables",
@@ -42,7 +43,8 @@ COMPARISON_SCHEMA: Final[dict[str, Any]] = {
     "b10": _I, "b01": _I, "p_a": _F, "p_b": _F, "diff": _F, "se": _F, "se_method": _S,
     "ci_low": _F, "ci_high": _F, "wald_p": _F, "tango_p": _F, "mcnemar_p": _F, "method": _S, "verdict": _S,
     # beyond the contract's columns
-    "test": _S, "n11": _I, "n00": _I, "n_a": _I, "n_b": _I, "unpaired": _I, "design_effect": _F,
+    "test": _S, "n11": _I, "n00": _I, "n_a": _I, "n_b": _I, "unpaired": _I, "dropped_exhausted": _I,
+    "design_effect": _F,
     "wald_p_lower": _F, "wald_p_upper": _F, "tango_p_lower": _F, "tango_p_upper": _F, "note": _S,
 }
 BREAKEVEN_SCHEMA: Final[dict[str, Any]] = {
@@ -130,6 +132,28 @@ def _side(cells: pl.DataFrame, system: str, name: str) -> pl.DataFrame:
     return cells.filter(pl.col("system") == system).select(*_PAIR_KEYS, pl.col("passed").alias(name))
 
 
+EXHAUSTED_COLUMNS: Final[dict[str, Any]] = {"stage": _S, "system": _S, "arm": _S, "item": _S, "repeat": _I}
+"""The exhausted cells (`harness.audit.report`: standing on a transport failure, never scored) that
+`analyze_frame` counts as dropped from the comparisons."""
+
+
+def _dropped(gone: pl.DataFrame, a: str, b: str, *, paired: bool) -> tuple[int, str | None]:
+    """How many pairs (paired test: (item, repeat) with an exhausted cell of either side) or cells
+    (independent) of systems a and b exhausted cells took out, and why."""
+    mine = gone.filter(pl.col("system").is_in([a, b]))
+    if not mine.height:
+        return 0, None
+    n = mine.select(_PAIR_KEYS).n_unique() if paired else mine.height
+    return n, (f"{n} {'pairs' if paired else 'cells'} dropped: exhausted by transport failures "
+               "(an outage, not the model; never scored)")
+
+
+def _with_note(row: dict[str, Any], note: str | None) -> dict[str, Any]:
+    if note is None:
+        return row
+    return {**row, "note": note if not row.get("note") else f"{note}; {row['note']}"}
+
+
 def _paired_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict[str, Any]:
     side_a, side_b = _side(cells, c.a, "x_a"), _side(cells, c.b, "x_b")
     pairs = side_a.join(side_b, on=list(_PAIR_KEYS), how="inner")
@@ -191,7 +215,8 @@ def _independent_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict
             "note": "independent-samples Wald TOST (the registered test); pairing and McNemar do not apply"}
 
 
-def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: list[str]) -> pl.DataFrame:
+def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: list[str],
+                 exhausted: pl.DataFrame) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     for stage_id in stage_ids:
         shape = _stage_shape(design, stage_id)
@@ -204,7 +229,9 @@ def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: l
                 continue
             cells = by_stage[stage_id].filter(pl.col("arm") == c.arm)
             compute = _paired_row if design.test == "paired_tost" else _independent_row
-            rows.append({**base, **compute(cells, c, design)})
+            gone = exhausted.filter((pl.col("stage") == stage_id) & (pl.col("arm") == c.arm))
+            dropped, why = _dropped(gone, c.a, c.b, paired=design.test == "paired_tost")
+            rows.append(_with_note({**base, **compute(cells, c, design), "dropped_exhausted": dropped}, why))
     return frame_of(rows, COMPARISON_SCHEMA)
 
 
@@ -212,8 +239,8 @@ def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: l
 # Break-even
 
 
-def _cascades(by_stage: dict[str, pl.DataFrame], design: Design,
-              stage_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _cascades(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: list[str],
+              exhausted: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     rows: list[dict[str, Any]] = []
     grids: list[pl.DataFrame] = []
     for stage_id in stage_ids:
@@ -228,6 +255,8 @@ def _cascades(by_stage: dict[str, pl.DataFrame], design: Design,
             for i, cheap in enumerate(ran):
                 for strong in ran[i + 1:]:
                     row, grid = _cascade(cells, stage_id, arm, cheap, strong)
+                    gone = exhausted.filter((pl.col("stage") == stage_id) & (pl.col("arm") == arm))
+                    row = _with_note(row, _dropped(gone, cheap, strong, paired=True)[1])
                     rows.append(row)
                     if grid is not None:
                         grids.append(grid)
@@ -302,7 +331,8 @@ def _power(design: Design, stage_ids: list[str]) -> pl.DataFrame:
 # The pure part
 
 
-def analyze_frame(attempts: pl.DataFrame, design: Design, *, stages: Sequence[str] | None = None) -> FrameTables:
+def analyze_frame(attempts: pl.DataFrame, design: Design, *, stages: Sequence[str] | None = None,
+                  exhausted: pl.DataFrame | None = None) -> FrameTables:
     """Every computed table from a scored-attempts frame and the registered design (no I/O).
 
     Args:
@@ -311,6 +341,8 @@ def analyze_frame(attempts: pl.DataFrame, design: Design, *, stages: Sequence[st
         design: the registered design (comparisons, alpha, test, clustering, power).
         stages: the stages to report (rows appear for each even without attempts); default: the
             stages in `attempts`. Shown in design order.
+        exhausted: the exhausted cells (`EXHAUSTED_COLUMNS`), never in `attempts`: each comparison
+            says how many pairs (cells) they took out (`dropped_exhausted`) and why (`note`).
 
     Raises:
         ValueError: a frame that is not a scored-attempts frame, holds a cell twice, or a stage the
@@ -325,10 +357,11 @@ def analyze_frame(attempts: pl.DataFrame, design: Design, *, stages: Sequence[st
     stage_ids = stage_order(design, list(stages) if stages is not None else present)
     empty = attempts.clear()
     by_stage = {s: attempts.filter(pl.col("stage") == s) if s in present else empty for s in stage_ids}
-    breakeven, sensitivity = _cascades(by_stage, design, stage_ids)
+    gone = pl.DataFrame(schema=EXHAUSTED_COLUMNS) if exhausted is None else exhausted
+    breakeven, sensitivity = _cascades(by_stage, design, stage_ids, gone)
     return FrameTables(
         q=q_table(attempts, alpha=design.alpha),
-        comparisons=_comparisons(by_stage, design, stage_ids),
+        comparisons=_comparisons(by_stage, design, stage_ids, gone),
         breakeven=breakeven,
         sensitivity=sensitivity,
         power=_power(design, stage_ids),

@@ -58,7 +58,7 @@ PathArg = str | os.PathLike[str]
 _F, _I, _S = pl.Float64, pl.Int64, pl.String
 
 VALIDATION_SCHEMA: Final[dict[str, Any]] = {
-    "stage": _S, "folder": _S, "cells": _I, "standing": _I, "not_standing": _I, "passed": _I,
+    "stage": _S, "folder": _S, "cells": _I, "standing": _I, "not_standing": _I, "exhausted": _I, "passed": _I,
     "cost_unknown": _I, "plan_sha256": _S, "frozen_sha256": _S, "amendments": _I,
 }
 AMENDMENTS_SCHEMA: Final[dict[str, Any]] = {
@@ -183,7 +183,8 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
     design = frozen.design
     stage_ids = stage_order(design, list(reports))  # each plan was checked against the frozen design's
     attempts = pl.concat([reports[s].frame for s in stage_ids], how="vertical")
-    tables = analyze_frame(attempts, design, stages=stage_ids)
+    exhausted = pl.concat([reports[s].exhausted for s in stage_ids], how="vertical") if stage_ids else None
+    tables = analyze_frame(attempts, design, stages=stage_ids, exhausted=exhausted)
     validation = frame_of([{**reports[s].summary, "stage": s, "amendments": len(reports[s].summary["amendments"])}
                          for s in stage_ids], VALIDATION_SCHEMA)
     return StudyAnalysis(

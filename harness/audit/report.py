@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -24,18 +24,23 @@ from harness.records.plan import Plan
 from harness.records.usage import CATEGORIES
 from harness.run.attempts import read_plan
 from harness.run.layout import log_seed, receipt_name
+from harness.run.rules import exhausted
 
-__all__ = ["Report", "build_report", "check_stage"]
+__all__ = ["EXHAUSTED_SCHEMA", "Report", "build_report", "check_stage"]
 
 PathArg = str | os.PathLike[str]
+EXHAUSTED_SCHEMA: dict[str, Any] = {"stage": pl.String, "system": pl.String, "arm": pl.String, "item": pl.String,
+                                    "repeat": pl.Int64, "run_id": pl.String}
 
 
 @dataclass(frozen=True)
 class Report:
-    """The scored attempts (`frame`) and the validation summary (JSON-safe)."""
+    """The scored attempts (`frame`), the validation summary (JSON-safe) and the exhausted cells
+    (`exhausted`: stage, system, arm, item, repeat, run_id; standing on a transport failure, never scored)."""
 
     frame: pl.DataFrame
     summary: dict[str, Any]
+    exhausted: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=EXHAUSTED_SCHEMA))
 
 
 def _problem(file: str, line: int | None, rule: str, message: str) -> Problem:
@@ -158,7 +163,9 @@ def _sum_or_none(values: list[Any]) -> float | None:
     return math.fsum(float(v) for v in values)
 
 
-def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int]]:
+def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int], list[dict[str, Any]]]:
+    """The scored frame, the count of scored cells without an answer by class, and the exhausted
+    cells by system (standing on a transport failure: infrastructure, never scored)."""
     stage = str(plan.header.get("stage") or os.path.basename(folder))
     attempts = _records(folder, plan.study, stage, "attempts")
     finals = _records(folder, plan.study, stage, "finals")
@@ -168,10 +175,15 @@ def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int]]:
     lines = {i: a for i, a in enumerate(attempts, start=1)}
     rows: list[dict[str, Any]] = []
     unanswered: dict[str, int] = {}
+    dropped: list[dict[str, Any]] = []
     standing = _standing(finals)
     for req in plan.requests:
         f = standing.get(req.run_id)
         if f is None:
+            continue
+        if exhausted(f.get("class"), f.get("action")):
+            dropped.append({"stage": stage, "system": req.system, "arm": req.arm, "item": req.item,
+                            "repeat": req.repeat, "run_id": req.run_id})
             continue
         mine = by_run.get(req.run_id, [])
         last = lines[int(f["attempt_line"])]
@@ -196,7 +208,7 @@ def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int]]:
     assert list(schema) == list(ATTEMPT_COLUMNS)
     frame = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     validate_attempts(frame)
-    return frame, unanswered
+    return frame, unanswered, dropped
 
 
 def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
@@ -218,7 +230,11 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
             folder,
             problems=[{"file": p.file, "line": p.line, "rule": p.rule, "message": p.message} for p in problems],
         )
-    frame, unanswered = _frame(folder, plan)
+    frame, unanswered, dropped = _frame(folder, plan)
+    n_exhausted = len(dropped)
+    by_system: dict[str, list[str]] = {}
+    for d in dropped:
+        by_system.setdefault(d["system"], []).append(d["run_id"])
     summary: dict[str, Any] = {
         "ok": True,
         "folder": folder,
@@ -226,7 +242,9 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
         "stage": str(plan.header.get("stage") or os.path.basename(folder)),
         "cells": len(plan.requests),
         "standing": frame.height,
-        "not_standing": len(plan.requests) - frame.height,
+        "not_standing": len(plan.requests) - frame.height - n_exhausted,
+        "exhausted": n_exhausted,
+        "exhausted_cells": {system: by_system[system] for system in sorted(by_system)},
         "passed": int(frame.get_column("passed").sum()),
         "standing_without_answer": unanswered,
         "cost_unknown": frame.get_column("cost_usd").null_count(),
@@ -236,4 +254,5 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
         "amendments": [a.to_json() for a in frozen.amendments],
         "problems": 0,
     }
-    return Report(frame, summary)
+    exhausted = pl.DataFrame(dropped, schema=EXHAUSTED_SCHEMA, orient="row") if dropped else None
+    return Report(frame, summary) if exhausted is None else Report(frame, summary, exhausted)

@@ -32,7 +32,8 @@ __all__ = [
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`)."""
+    """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
+    after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
     from harness.run.runner import run_stage
     from harness.run.summary import RunProgress
 
@@ -59,10 +60,14 @@ def run(args: argparse.Namespace) -> Outcome:
 
     from harness.notebooks.stage import study_base_urls
 
+    base_urls = study_base_urls(args.prereg, args.base_url)
+    if not args.dry_run and not args.preflight:  # always, before the first provider call
+        from harness.run.preflight import require_ready
+
+        require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls))
     summary = run_stage(
         args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-        preflight=args.preflight, base_urls=study_base_urls(args.prereg, args.base_url),
-        progress=None if args.json else show, on_exit=exit_now,
+        preflight=args.preflight, base_urls=base_urls, progress=None if args.json else show, on_exit=exit_now,
     )
     result = summary.to_json()
     if not args.json and not args.dry_run:

@@ -37,6 +37,12 @@ _DEFAULT_HEADERS: Final = {
 # connect/read/write errors, protocol errors and timeouts; DecodingError is a body
 # the server mangled; InvalidURL is a URL httpx cannot send to.
 _NETWORK_ERRORS: Final = (httpx.TransportError, httpx.DecodingError, httpx.InvalidURL)
+# Failures before a byte of the request was written: the provider never saw it, so it costs nothing.
+# Connecting (DNS, refused, unreachable, the TLS handshake: httpcore and `_AsyncConnection._connect`
+# raise ConnectError or ConnectTimeout), a URL that cannot be sent to, no free connection in time.
+# A failure after that (writing, reading, a cut connection) may have been billed: "sent".
+_NOT_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.InvalidURL,
+                    httpx.PoolTimeout)
 _KEEPALIVE_S: Final = 5.0  # httpx's keep-alive expiry: an idle connection older than this is not reused
 
 
@@ -74,7 +80,10 @@ def _received(
 def _failed(
     request: ProviderRequest, exc: Exception, started: float, ended: float, status_seen: int | None, secret: str | None
 ) -> Exchange:
-    """The Exchange for a failure before a whole response arrived: status None, no body."""
+    """The Exchange for a failure before a whole response arrived: status None, no body.
+
+    `meta["sent"]` is False when the request never left (`_NOT_SENT`), else True.
+    """
     if isinstance(exc, httpx.TimeoutException):
         code = "timeout"
     elif isinstance(exc, httpx.DecodingError):  # the server compressed a body it then mangled
@@ -82,7 +91,7 @@ def _failed(
     else:
         code = "transport"
     message = scrub(f"POST {request.url}: {type(exc).__name__}: {exc}", secret) or ""
-    meta: dict[str, Any] = {"exception": type(exc).__name__}
+    meta: dict[str, Any] = {"exception": type(exc).__name__, "sent": not isinstance(exc, _NOT_SENT)}
     if status_seen is not None:
         meta["status_before_failure"] = status_seen
     return Exchange(

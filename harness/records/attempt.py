@@ -2,7 +2,10 @@
 
 An attempt is appended to its stage's chained attempts log and never rewritten.
 A delivered record adds `text`; an error record adds `error_code` and
-`error_message` and never `text`. A run's attempt adds `rerun`. The record's
+`error_message` and never `text`. A run's attempt adds `rerun`. An error whose
+request never left (connection refused, DNS or TLS failure: the transport's
+`meta["sent"]` is False) adds `"sent": false` and costs exactly $0 with zero
+tokens (`NOT_SENT_CODES`); without `sent` a request was sent. The record's
 vocabulary (token categories, cost statuses, error codes) is declared here.
 See docs/records.md.
 """
@@ -21,8 +24,9 @@ from harness.records._shape import CHAIN_KEYS, Fields, refusal
 from harness.records.usage import CATEGORIES
 
 __all__ = [
-    "ATTEMPT_ERROR_CODES", "ATTEMPT_KIND", "COST_STATUSES", "HARNESS_ERROR_CODES", "PROVIDER_ERROR_CODES",
-    "TOKEN_CATEGORIES", "Attempt", "decode_response_raw", "raw_form", "validate_attempt", "validate_run_attempt",
+    "ATTEMPT_ERROR_CODES", "ATTEMPT_KIND", "COST_STATUSES", "HARNESS_ERROR_CODES", "NOT_SENT_CODES",
+    "PROVIDER_ERROR_CODES", "TOKEN_CATEGORIES", "Attempt", "decode_response_raw", "raw_form", "validate_attempt",
+    "validate_run_attempt",
 ]
 
 ATTEMPT_KIND: Final = "model-attempt.v1"
@@ -35,6 +39,8 @@ PROVIDER_ERROR_CODES: Final = (
 """The adapters' error codes (`harness.providers.base.ERROR_CODES`)."""
 HARNESS_ERROR_CODES: Final = ("AttemptDeadline", "budget_stop", "harness_error")
 ATTEMPT_ERROR_CODES: Final = PROVIDER_ERROR_CODES + HARNESS_ERROR_CODES
+NOT_SENT_CODES: Final = ("transport", "timeout")
+"""The error codes an attempt whose request never left (`"sent": false`) may carry."""
 
 @dataclass(frozen=True)
 class Attempt:
@@ -61,6 +67,7 @@ class Attempt:
     error_code: str | None = None
     error_message: str | None = None
     rerun: int | None = field(default=None)
+    sent: bool | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
         """The record as written: `text` or `error_code`/`error_message` by outcome; `rerun` when set."""
@@ -74,6 +81,8 @@ class Attempt:
             out["error_code"], out["error_message"] = self.error_code, self.error_message
         if self.rerun is not None:
             out["rerun"] = self.rerun
+        if self.sent is False:
+            out["sent"] = False
         return out
 
     @classmethod
@@ -143,7 +152,7 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
         raise f.bad(f'outcome must be "delivered" or "error", found {outcome!r}')
     if outcome == "error" and "text" in record:
         raise f.bad("an error record must not carry text (it would look like an answer)")
-    f.keys(_FIELDS[outcome], ignore=CHAIN_KEYS)
+    f.keys(_FIELDS[outcome], ignore=CHAIN_KEYS | frozenset({"sent"} if outcome == "error" else ()))
     f.text("run_id")
     f.count("attempt", minimum=1)
     f.sha("request_sha256")
@@ -167,6 +176,8 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
         if record["error_code"] not in ATTEMPT_ERROR_CODES:
             raise f.bad(f"unknown error_code {record['error_code']!r}")
         f.string("error_message")
+        if "sent" in record:
+            _check_not_sent(f)
     raw, digest = record["response_raw"], f.sha("response_sha256", nullable=True)
     if (raw is None) != (digest is None):
         raise f.bad("response_raw and response_sha256 must both be null or both set")
@@ -180,6 +191,21 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
                 f"response_sha256 {digest} is not the sha256 of response_raw ({sha256_hex(data)})",
                 Code.ATTEMPT_RESPONSE_HASH_MISMATCH,
             )
+
+
+def _check_not_sent(f: Fields) -> None:
+    """`"sent": false`: a transport failure before the request left, which costs exactly $0."""
+    record = f.obj
+    if record["sent"] is not False:
+        raise f.bad('sent is written only as false (the request never left); a sent request has no "sent"')
+    if record["error_code"] not in NOT_SENT_CODES:
+        raise f.bad(f"an unsent request fails with {' or '.join(NOT_SENT_CODES)}, not {record['error_code']!r}")
+    if record["http_status"] is not None or record["response_raw"] is not None:
+        raise f.bad("an unsent request has no http_status and no response")
+    tokens = record["tokens"]
+    if (record["cost_status"] != "metered" or record["cost_usd"] != 0 or not isinstance(tokens, dict)
+            or any(tokens.values())):
+        raise f.bad("an unsent request costs exactly 0 (metered, zero tokens)")
 
 
 def _check_usage_and_cost(f: Fields) -> None:

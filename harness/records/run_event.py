@@ -50,6 +50,9 @@ class StartEvent:
     ceiling_usd: float
     spend_before_usd: float
     systems: tuple[SystemLanes, ...]
+    # the run rules, for an oracle without the freeze (absent from logs written before they were recorded)
+    reruns: int = 0
+    transport_retries: int = 0
 
 
 @dataclass(frozen=True)

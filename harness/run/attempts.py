@@ -21,7 +21,7 @@ from harness.records.plan import Plan, PlanCell
 from harness.records.plan import read_plan as _read_plan
 from harness.records.usage import TokenUsage
 
-__all__ = ["attempt_from_exchange", "error_attempt", "read_plan"]
+__all__ = ["attempt_from_exchange", "error_attempt", "never_sent", "read_plan"]
 
 """A plan line as read back (the same type as planned; `line` says where it was read)."""
 PathArg = str | os.PathLike[str]
@@ -51,6 +51,7 @@ def _record(
     text: str | None = None,
     error_code: str | None = None,
     error_message: str | None = None,
+    sent: bool | None = None,
 ) -> dict[str, Any]:
     record = Attempt(
         run_id=request.run_id, attempt=attempt_no, request_sha256=request.request_sha256, outcome=outcome,
@@ -59,10 +60,15 @@ def _record(
         provider_request_id=provider_request_id, model_snapshot=model_snapshot, finish_reason=finish_reason,
         tokens=None if usage is None else usage.to_json(), usage_unknown=usage is None,
         cost_usd="unknown" if cost.total is None else cost.total, cost_status=cost.status,
-        text=text, error_code=error_code, error_message=error_message,
+        text=text, error_code=error_code, error_message=error_message, sent=sent,
     ).to_json()
     validate_attempt(record, None)
     return record
+
+
+def never_sent(exchange: Exchange) -> bool:
+    """Whether the transport failed before the request left (refused, DNS, TLS): it costs $0."""
+    return exchange.meta.get("sent") is False
 
 
 def attempt_from_exchange(
@@ -74,7 +80,8 @@ def attempt_from_exchange(
         plan_request: the plan's cell the request was sent for.
         attempt_no: the attempt number (1-based) the schedule asked for.
         exchange: what the transport returned; its body must be the plan's exact bytes.
-        cost: `meter(exchange.parsed.usage, price)` (unknown stays "unknown").
+        cost: `meter(exchange.parsed.usage, price)` (unknown stays "unknown"); a request that
+            never left (`never_sent`) is recorded `"sent": false` at exactly $0 whatever `cost` says.
 
     Raises:
         Refusal: `attempt_request_changed` when the body sent is not the plan's;
@@ -90,6 +97,10 @@ def attempt_from_exchange(
         )
     parsed = exchange.parsed
     came_back = exchange.status is not None or bool(exchange.raw_response)
+    unsent = never_sent(exchange) and not came_back and not parsed.ok
+    usage = TokenUsage() if unsent else parsed.usage
+    if unsent:
+        cost = Cost(0.0)
     if parsed.ok:
         outcome: dict[str, Any] = {"outcome": "delivered", "text": parsed.text}
     else:
@@ -101,7 +112,7 @@ def attempt_from_exchange(
         response_raw=exchange.raw_response if came_back else None,
         response_sha256=exchange.response_sha256 if came_back else None,
         provider_request_id=parsed.request_id, model_snapshot=parsed.model_snapshot,
-        finish_reason=parsed.finish_reason, usage=parsed.usage, cost=cost, **outcome,
+        finish_reason=parsed.finish_reason, usage=usage, cost=cost, sent=False if unsent else None, **outcome,
     )
 
 

@@ -70,6 +70,7 @@ class EngineCore:
                                 for r in c.attempts.values()) for s in setup.systems}
         self.stopped: dict[str, str] = {}
         self.paused = {s for s in setup.systems if ledger.paused(s)}
+        self.streak = dict.fromkeys(setup.systems, 0)  # transport failures in a row (the breaker)
         self.resume_paused = resume_paused
         self.refused_before = {s for s in setup.systems if ledger.refused_before(s)}
         self.crossed = self.total() > self.ceiling or any(e["event"] == "ceiling" for e in ledger.run_events)

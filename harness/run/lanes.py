@@ -17,10 +17,10 @@ from harness.meter.cost import Cost, meter
 from harness.providers.base import Exchange, GenerationSettings, ProviderRequest
 from harness.providers.registry import adapter_for
 from harness.records.plan import PlanCell
-from harness.run.attempts import attempt_from_exchange, error_attempt
+from harness.run.attempts import attempt_from_exchange, error_attempt, never_sent
 from harness.run.finals import Finals
 from harness.run.ledger import CellState
-from harness.run.rules import classify, run_ended
+from harness.run.rules import BREAKER_CODE, BREAKER_FAILURES, classify, run_ended, unreachable
 
 __all__ = ["Lanes"]
 
@@ -42,8 +42,20 @@ class Lanes(Finals):
                            started=record["started"], ended=record["ended"], cost_usd=record["cost_usd"],
                            **{"class": classify(record)})
         self.ledger.logged_attempt_lines.add(line)
+        self._breaker_locked(cell, record)
         self._add_spend_locked(cell.system, record["cost_usd"])
         return line, sha
+
+    def _breaker_locked(self, cell: PlanCell, record: dict[str, Any]) -> None:
+        """Count unreachable attempts in a row; the `BREAKER_FAILURES`th pauses the system (logged next)."""
+        system = cell.system
+        if not unreachable(record):
+            self.streak[system] = 0
+            return
+        self.streak[system] += 1
+        if self.streak[system] >= BREAKER_FAILURES and system not in self.paused:
+            self.paused.add(system)
+            self._event_locked("pause", system=system, run_id=cell.run_id, error_code=BREAKER_CODE)
 
     # ---- attempts
 
@@ -110,7 +122,7 @@ class Lanes(Finals):
                 self._add_spend_locked(r.system, "unknown")
             return
         exchange = task.result()
-        cost = self._meter(exchange, r.system)
+        cost = Cost(0.0) if never_sent(exchange) else self._meter(exchange, r.system)  # never left: $0
         with self.lock:
             self.wire.append_exchange(exchange)
             value: Any = "unknown" if cost.total is None else cost.total

@@ -14,7 +14,13 @@ from harness.errors import Code, Refusal
 if TYPE_CHECKING:
     from harness.run.summary import RunSummary
 
-__all__ = ["preflight"]
+__all__ = ["BLOCKING_CHECKS", "preflight", "require_ready"]
+
+BLOCKING_CHECKS = ("endpoint", "credential", "pricing", "suite", "verifier")
+"""The preflight checks `proctor run` refuses on before its first provider call (`require_ready`):
+what would otherwise turn every attempt into a failure (an unreachable endpoint, a missing credential,
+a model without a price, a suite or verifier that cannot judge). The others (the freeze, the plan, the
+history, the lock, the budgets) the run itself refuses or handles, with their own codes."""
 
 
 def _endpoint(url: str) -> str | None:
@@ -100,3 +106,18 @@ def preflight(
     ok = not problems
     return RunSummary(ok, 0 if ok else 1, "preflight", d.study_id, stage, setup.folder, False, prog,
                       problems=tuple(problems))
+
+
+def require_ready(summary: RunSummary) -> None:
+    """Refuse `run_preflight_failed` (naming every blocking problem) unless the preflight found none of
+    `BLOCKING_CHECKS`; called by `proctor run` before the stage's first provider call."""
+    from harness.errors import RunRefusal
+
+    blocking = [p for p in summary.problems if p.get("check") in BLOCKING_CHECKS]
+    if blocking:
+        raise RunRefusal(
+            Code.RUN_PREFLIGHT_FAILED,
+            f"the preflight of stage {summary.stage} found {len(blocking)} problem(s); no provider was called:\n"
+            + "\n".join(f"  {p['check']}: {p['message']}" for p in blocking),
+            summary.folder or None, problems=blocking,
+        )

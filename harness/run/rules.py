@@ -15,12 +15,33 @@ from harness.records.admission import Admission, CeilingState
 from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES
 
 __all__ = [
-    "INCONCLUSIVE_ITEMS_LIMIT", "AdmissionInputs", "action_for", "admission_decision", "admission_record",
-    "ceiling_total", "classify", "cost_for_spend", "run_ended",
+    "BREAKER_CODE", "BREAKER_FAILURES", "INCONCLUSIVE_ITEMS_LIMIT", "AdmissionInputs", "action_for", "admission_decision", "admission_record",
+    "ceiling_total", "classify", "cost_for_spend", "exhausted", "run_ended", "unreachable",
 ]
 
 INCONCLUSIVE_ITEMS_LIMIT: Final = 5
 """A system stops when inconclusive failures have ended runs in more than this many items."""
+
+
+BREAKER_FAILURES: Final = 5
+"""The circuit breaker: this many attempts in a row that reached no endpoint (`unreachable`: no HTTP
+answer at all), in run-log order within one invocation, pause their system as an operator failure
+(`BREAKER_CODE`). An HTTP answer of any kind (a 429 or 500 too) resets the count."""
+BREAKER_CODE: Final = "endpoint_unreachable"
+"""The `error_code` of the breaker's `pause` event; `--resume-paused` lifts it like any pause."""
+
+
+def exhausted(cls: str | None, action: str | None) -> bool:
+    """Whether a final leaves its cell `exhausted`: it stands on a transport failure (class `provider`,
+    every transport retry and rerun spent). Infrastructure, not the model: never scored, and a stage
+    with an exhausted cell is not complete."""
+    return cls == "provider" and action == "stand"
+
+
+def unreachable(attempt: Mapping[str, Any]) -> bool:
+    """Whether an attempt got no HTTP answer at all: a transport failure or timeout without a status."""
+    return (attempt.get("outcome") == "error" and attempt.get("error_code") in ("transport", "timeout")
+            and attempt.get("http_status") is None)
 
 
 def classify(attempt: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.providers.transport import Transport
 from harness.run.ledger import CellState, Ledger
+from harness.run.rules import exhausted
 from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
 from harness.run.summary import RunProgress, RunSummary
 from harness.run.upkeep import Upkeep, deferred_signals
@@ -89,7 +90,8 @@ def _cells_summary(ledger: Ledger, engine: _Engine | None) -> tuple[dict[str, An
     for c in ledger.cells.values():
         last = c.last_final
         paused = engine is not None and c.request.system in engine.paused
-        state = "standing" if c.standing else "paused" if paused else "owed"
+        state = ("exhausted" if c.standing and last is not None and exhausted(last.cls, last.action) else
+                 "standing" if c.standing else "paused" if paused else "owed")
         out.append({"run_id": c.request.run_id, "system": c.request.system, "item": c.request.item,
                     "arm": c.request.arm, "repeat": c.request.repeat, "state": state,
                     "class": None if last is None else last.cls,
@@ -155,7 +157,8 @@ def run_stage(
             engine.recover()
             engine.event("start", pid=os.getpid(), dry_run=False, resume_paused=resume_paused,
                          plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
-                         spend_before_usd=d.budgets.spend_before_usd,
+                         spend_before_usd=d.budgets.spend_before_usd, reruns=d.run.reruns,
+                         transport_retries=d.run.transport_retries,
                          systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
                                   for s in setup.systems])
             if resume_paused:

@@ -58,14 +58,15 @@ class RunSummary:
 
     Attributes:
         exit_code: 0 when every selected system has a standing final for every cell
-            of the stage; 1 otherwise (stopped, paused, refused, interrupted, or a
-            preflight problem). Refusals are raised, not returned.
+            of the stage and none is exhausted; 1 otherwise (stopped, paused, refused,
+            interrupted, exhausted cells, or a preflight problem). Refusals are raised, not returned.
         mode: run | dry_run | preflight.
         folder: the stage folder.
-        complete: every cell stands.
+        complete: every cell stands and none is exhausted.
         stops: [{system, cause, detail}] of this invocation.
         cells: per cell (dry run and run): run_id, system, item, arm, repeat, state
-            (standing | owed | paused | stopped), final class/action, next {rerun, attempt}.
+            (standing | exhausted | owed | paused | stopped), final class/action, next {rerun, attempt};
+            an `exhausted` cell stands on a transport failure: never scored, and not complete.
         problems: preflight problems [{check, message, ...}] (preflight only).
     """
 

@@ -395,3 +395,39 @@ def test_bad_frames_are_refused() -> None:
         analyze_frame(pl.concat([good, good]), design())
     with pytest.raises(ValueError, match="not registered"):
         analyze_frame(good.with_columns(pl.lit("Z").alias("stage")), design())
+
+
+def test_exhausted_cells_are_dropped_from_every_comparison_which_says_how_many_and_why() -> None:
+    """Issue 13 item 1: an exhausted cell (an outage) is never scored; a comparison names the pairs it lost."""
+    rows = [{"system": s, "item": f"i{i}", "passed": s == "x"} for s in ("x", "y") for i in range(10)]
+    # items i8, i9 of y were exhausted: they are not in the scored frame at all
+    scored = frame([r for r in rows if not (r["system"] == "y" and r["item"] in ("i8", "i9"))])
+    gone = pl.DataFrame([{"stage": "A", "system": "y", "arm": "direct", "item": i, "repeat": 0} for i in ("i8", "i9")],
+                        schema={"stage": pl.String, "system": pl.String, "arm": pl.String, "item": pl.String,
+                                "repeat": pl.Int64})
+    (c,) = analyze_frame(scored, design(), stages=["A"], exhausted=gone).comparisons.iter_rows(named=True)
+    assert c["n"] == 8 and c["dropped_exhausted"] == 2 and c["unpaired"] == 2
+    assert c["note"].startswith("2 pairs dropped: exhausted by transport failures")
+    (be,) = analyze_frame(scored, design(), stages=["A"], exhausted=gone).breakeven.iter_rows(named=True)
+    assert be["n_pairs"] == 8 and be["note"].startswith("2 pairs dropped: exhausted")  # the cascade says it too
+    (plain,) = analyze_frame(scored, design(), stages=["A"]).comparisons.iter_rows(named=True)
+    assert plain["dropped_exhausted"] == 0 and plain["n"] == 8
+    (ind,) = analyze_frame(scored, design(test="independent_tost"), stages=["A"],
+                           exhausted=gone).comparisons.iter_rows(named=True)
+    assert ind["dropped_exhausted"] == 2 and ind["n_b"] == 8 and "2 cells dropped" in ind["note"]
+
+
+def test_an_outage_study_is_analysed_without_its_exhausted_cells(tmp_path: Path) -> None:
+    with sim_servers(tmp_path) as sim:
+        url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0, server_error=1.0)])  # every 'bad' answer: 500
+        p = prereg(tmp_path)
+        from harness.run.runner import run_stage
+
+        run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    got = analyze_study(tmp_path / "results" / "rt", prereg=p)
+    (v,) = got.validation.iter_rows(named=True)
+    assert v["exhausted"] == 6 and v["standing"] == 6 and v["not_standing"] == 0
+    assert set(got.attempts.get_column("system")) == {"good"}  # 'bad' is never scored 0/6
+    (c,) = got.comparisons.iter_rows(named=True)
+    assert c["n"] == 0 and c["dropped_exhausted"] == 6 and "6 pairs dropped" in c["note"]
+    assert set(got.q.get_column("system")) == {"good"}

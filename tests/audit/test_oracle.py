@@ -43,8 +43,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[P
     with sim_servers(root) as sim:
         out: dict[str, tuple[Path, Path]] = {}
 
-        def go(name: str, systems: list[dict[str, Any]], scale: float = 0.0, **kw: Any) -> None:
-            url = sim(systems, latency_scale=scale)
+        def go(name: str, systems: list[dict[str, Any]], scale: float = 0.0, down: bool = False, **kw: Any) -> None:
+            url = _refused_url() if down else sim(systems, latency_scale=scale)
             base = root / name
             base.mkdir()
             p = prereg(base, **kw)
@@ -57,7 +57,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[P
         go("ceiling", [system("sim-flash", 1.0, latency=0.05), system("sim-glm", 0.0, latency=2.0)], 1.0,
            overall=0.0003, margin=0.0, reserve=0.00001)
         go("deadline", [system("sim-flash", 1.0), system("sim-glm", 0.0, latency=3.0)], 1.0, deadline=1, items=2)
+        go("outage", [], down=True, retries=3)  # nothing listens: the breaker pauses both systems
+        go("exhausted", [system("sim-flash", 1.0), system("sim-glm", 0.0, server_error=1.0)])
         yield out
+
+
+def _refused_url() -> str:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.fixture
@@ -71,7 +83,7 @@ def copy(runs: dict[str, tuple[Path, Path]], tmp_path: Path) -> Callable[[str], 
     return make
 
 
-@pytest.mark.parametrize("name", ["clean", "errors", "cap", "ceiling", "deadline"])
+@pytest.mark.parametrize("name", ["clean", "errors", "cap", "ceiling", "deadline", "outage", "exhausted"])
 def test_real_runs_pass_the_oracle(runs: dict[str, tuple[Path, Path]], name: str) -> None:
     p, folder = runs[name]
     assert run_problems(folder, prereg_dir=p) == []
@@ -121,6 +133,56 @@ def test_a_skipped_rerun_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> 
     problems = run_problems(folder, prereg_dir=p)
     assert "rerun_skipped" in rules(problems), problems
     assert any(cell in pr.message for pr in problems if pr.rule == "rerun_skipped")
+
+
+def test_a_breaker_that_did_not_trip_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("outage")
+    rebuild(folder, p, lambda recs: recs.update(run=[e for e in recs["run"] if e["event"] != "pause"]))
+    problems = run_problems(folder, prereg_dir=p)
+    assert rules(problems) == {"breaker"}, problems
+    assert {pr.message.split(":")[0] for pr in problems} == {"good", "bad"}
+
+
+def test_a_breaker_pause_without_its_outage_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+
+    def edit(recs: Records) -> None:
+        first = next(i for i, e in enumerate(recs["run"]) if e["event"] == "attempt")
+        e = recs["run"][first]
+        recs["run"].insert(first + 1, {"kind": "run-event.v1", "event": "pause", "at": e["at"],
+                                       "system": e["system"], "run_id": e["run_id"],
+                                       "error_code": "endpoint_unreachable"})
+
+    rebuild(folder, p, edit)
+    assert "breaker" in rules(run_problems(folder, prereg_dir=p))
+
+
+def test_an_unsent_attempt_that_costs_something_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("outage")
+
+    def edit(recs: Records) -> None:
+        recs["attempts"][0]["cost_usd"] = 0.01
+        for e in recs["run"]:
+            if e["event"] == "attempt" and e["attempts_line"] == 1:
+                e["cost_usd"] = 0.01
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert any(pr.rule == "attempt_invalid" and pr.line == 1 and "costs exactly 0" in pr.message
+               for pr in problems), problems
+
+
+def test_complete_logged_with_an_exhausted_cell_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("exhausted")
+
+    def edit(recs: Records) -> None:
+        for e in recs["run"]:
+            if e["event"] == "end":
+                e["complete"], e["exit_code"] = True, 0
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert rules(problems) == {"incomplete"} and "exhausted" in problems[0].message, problems
 
 
 def test_an_admission_past_the_cap_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:

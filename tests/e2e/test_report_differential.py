@@ -886,7 +886,10 @@ def test_both_accept_every_real_run(runs: Callable[[str], tuple[Path, Path]], ru
     assert not v.refused and v.oracle == [] and run_problems(folder.parent.parent) == []
     report = build_report(folder, prereg_dir=p)
     last = {f["run_id"]: f for f in logs(folder)["finals"]}
-    assert report.summary["standing"] == sum(f["action"] == "stand" for f in last.values())
+    # issue 13: a cell standing on a transport failure is exhausted (listed, never scored), not standing
+    gone = sum(f["action"] == "stand" and f["class"] == "provider" for f in last.values())
+    assert report.summary["exhausted"] == gone and report.frame.height == report.summary["standing"]
+    assert report.summary["standing"] + gone == sum(f["action"] == "stand" for f in last.values())
     # forging with no edit changes nothing either side can see (the forger is faithful)
     rebuild(folder, p, lambda recs: None)
     assert_agree(w := verdicts(folder, p, fresh))

@@ -167,3 +167,22 @@ def test_a_sampler_failing_for_five_minutes_stops_the_run(tmp_path: Path, sim: S
     assert failed and all(h["load"] is None for h in failed)
     assert len(got["finals"]) < 24  # the run stopped before the stage was done
     assert run_problems(folder, prereg_dir=p) == []
+
+
+def test_proctor_run_refuses_before_any_provider_call_when_the_endpoint_is_down(tmp_path: Path, sim: Sim) -> None:
+    """Issue 13 item 1: `proctor run` runs the preflight first, always (the simulator stopped before the run)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    sock.close()
+    p, results = prereg(tmp_path), tmp_path / "results"
+    code, out = proctor_run(p, results, dead)
+    assert code != 0 and out["refusal"] == "run_preflight_failed", out
+    assert [pr["check"] for pr in out["problems"]] == ["endpoint"] and dead in out["message"]
+    assert not (results / "rt" / "A" / "attempts.jsonl").exists()  # no attempt, no spend, nothing to score
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    code, out = proctor_run(p, results, url)
+    assert code == 0 and out["complete"] is True, out
+    assert run_problems(results / "rt" / "A", prereg_dir=p) == []

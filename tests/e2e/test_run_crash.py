@@ -87,7 +87,11 @@ def test_kill_9_at_random_moments_then_resume_loses_nothing_and_counts_nothing_t
         delivered_seen = now
     assert kills >= 8, f"only {kills} of the rounds were killed mid-run"
     final = subprocess.run(run_argv(p, results), cwd=REPO, env=env, capture_output=True, timeout=120)
-    assert final.returncode == 0, (final.stdout, final.stderr)
+    # issue 13: a cell whose every rerun ended on a transport-class failure (here the simulator's 25% of
+    # server errors, three runs in a row) is exhausted: it stands unscored and the stage is not complete
+    states = {c["state"] for c in json.loads(final.stdout)["cells"]}
+    assert states <= {"standing", "exhausted"}, (final.stdout, final.stderr)
+    assert final.returncode == (0 if states == {"standing"} else 1), (final.stdout, final.stderr)
     assert run_problems(folder, prereg_dir=p) == []
     got = logs(folder)
     # every delivered attempt that ended its run has a final linking it (standing, or archived and replaced)

@@ -318,6 +318,22 @@ def test_timeout_and_refused_connection_are_data(server: ProviderServer) -> None
         assert ex.status is None and ex.raw_response == b"" and ex.response_sha256 == sha256_hex(b"")
         assert ex.parsed.error_message and ex.meta["exception"]
         assert ex.started <= ex.ended
+    # a refused connection never sent the request (it costs nothing); a timeout after sending may be billed
+    assert [ex.meta["sent"] for ex in exchanges] == [True, False, True, False]
+
+
+def test_a_request_that_never_left_says_so_and_one_that_left_says_so_too(raw_server: _RawServer) -> None:
+    """`meta["sent"]`: False only when the failure came before a byte was written (connect, DNS, TLS)."""
+    unresolvable = "http://proctor-no-such-host.invalid"
+    for url in (_closed_port(), unresolvable):
+        for ex in _both(url):
+            assert ex.status is None and ex.meta["sent"] is False, (url, ex.meta)
+    raw_server.reply = AWKWARD["hang-up-silently"]  # connected, the request written, then no answer
+    for ex in _both(raw_server.url()):
+        assert ex.status is None and ex.parsed.error_code == "transport" and ex.meta["sent"] is True
+    raw_server.reply = AWKWARD["content-length"]
+    for ex in _both(raw_server.url()):
+        assert ex.status == 200 and "sent" not in ex.meta  # an answer: sent, and it says what it cost
 
 
 class _EchoServer(ThreadingHTTPServer):
@@ -463,6 +479,7 @@ def test_waiting_for_a_free_connection_times_out_as_data(echo: _EchoServer) -> N
     for ex, waited in zip(exchanges, [False, True, False, True], strict=True):
         if waited:
             assert ex.status is None and ex.parsed.error_code == "timeout" and ex.meta["exception"] == "PoolTimeout"
+            assert ex.meta["sent"] is False  # it waited for a connection and never got one
             assert ex.ended - ex.started < 1.0
         else:
             assert ex.status == 200 and ex.parsed.text == "a"
@@ -652,6 +669,7 @@ def test_sync_and_async_read_awkward_responses_alike(case: str, raw_server: _Raw
     else:
         assert sync.status is None and sync.parsed.error_code == "transport"
         assert ("status_before_failure" in sync.meta) == (case == "cut-short")
+        assert sync.meta["sent"] is True  # connected and written: an answer may have been billed
 
 
 def test_a_connection_the_server_closed_is_not_reused(raw_server: _RawServer) -> None:
@@ -688,6 +706,7 @@ def test_tls_is_verified_alike_sync_and_async(tmp_path: Path, monkeypatch: pytes
         for ex in _both(server.url("localhost")):  # a certificate nobody vouches for
             assert ex.status is None and ex.parsed.error_code == "transport" and ex.meta["exception"] == "ConnectError"
             assert "CERTIFICATE_VERIFY_FAILED" in (ex.parsed.error_message or "")
+            assert ex.meta["sent"] is False  # the handshake failed before the request was written
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted, as httpx has always let it be
         for ex in _both(server.url("localhost")):
             assert ex.status == 200 and ex.parsed.text == "hi" and ex.meta["http_version"] == "HTTP/1.1"

@@ -244,6 +244,53 @@ def test_a_transport_failure_records_that_nothing_came_back(plan: Plan) -> None:
     assert record["outcome"] == "error" and record["error_code"] == "timeout"
     assert record["response_raw"] is None and record["response_sha256"] is None
     assert record["http_status"] is None and record["cost_usd"] == "unknown"
+    assert "sent" not in record  # sent (the default): no answer may still have been billed
+
+
+def test_a_request_that_never_left_costs_exactly_nothing(plan: Plan) -> None:
+    """Issue 13 item 1: a refused connection is recorded `"sent": false` at $0, not the reserve."""
+    import dataclasses
+    import socket
+
+    from harness.providers.transport import Transport
+    from harness.records.attempt import Attempt
+
+    request = plan.requests[0]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    sent = dataclasses.replace(exchange(request).request, url=f"http://127.0.0.1:{port}/v1/chat/completions")
+    with Transport(timeout_s=5) as transport:
+        ex = transport.send(sent, None)
+    assert ex.meta["sent"] is False and ex.parsed.error_code == "transport"
+    record = attempt_from_exchange(request, 1, ex, meter(None, PRICE))  # the meter says unknown: overruled
+    assert record["sent"] is False and record["cost_usd"] == 0 and record["cost_status"] == "metered"
+    assert record["tokens"] == dict.fromkeys(record["tokens"], 0) and record["usage_unknown"] is False
+    validate_attempt(record, None)
+    assert Attempt.from_json(record).to_json() == record
+
+
+@pytest.mark.parametrize(("name", "change"), [
+    ("sent true", {"sent": True}),
+    ("sent with a cost", {"sent": False, "cost_usd": 0.01}),
+    ("sent with an unknown cost", {"sent": False, "cost_usd": "unknown", "cost_status": "usage_unknown",
+                                   "tokens": None, "usage_unknown": True}),
+    ("sent with tokens", {"sent": False, "tokens": {"input": 1, "cached_input": 0, "cache_write": 0, "output": 0,
+                                                    "reasoning": 0}}),
+    ("sent with a status", {"sent": False, "http_status": 503}),
+    ("sent on a rate limit", {"sent": False, "error_code": "rate_limited"}),
+])
+def test_validator_refuses_an_unsent_record_that_is_not_free(plan: Plan, name: str, change: dict[str, Any]) -> None:
+    zero = {"input": 0, "cached_input": 0, "cache_write": 0, "output": 0, "reasoning": 0}
+    good = {**failed(plan.requests[0], 1, "transport"), "sent": False, "cost_usd": 0.0, "cost_status": "metered",
+            "tokens": zero, "usage_unknown": False}
+    validate_attempt(good, None)
+    with pytest.raises(Refusal) as caught:
+        validate_attempt({**good, **change}, 3, path="attempts.jsonl")
+    assert caught.value.code == "attempt_invalid" and caught.value.path == "attempts.jsonl", caught.value.message
+    with pytest.raises(Refusal):  # and never on an answer
+        validate_attempt({**_good(plan), "sent": False}, 3)
 
 
 def test_a_binary_error_body_is_kept_as_base64(plan: Plan) -> None:

@@ -8,6 +8,7 @@ skill-1.0 system delivers correct programs and the warm verifier passes them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -218,3 +219,148 @@ def test_proctor_run_takes_the_notebooks_base_url(tmp_path: Path, sim: Sim) -> N
     assert summary["complete"] and [s["standing"] for s in summary["progress"]["systems"]] == [2, 2]
     wire = logs(Path(summary["folder"]))["attempts"]
     assert len(wire) == 4
+
+
+# --------------------------------------------------------------------------
+# Issue 13 item 1: an outage must never become data
+
+
+def _dead_url() -> str:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there: every connection is refused
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_an_outage_costs_nothing_and_the_breaker_pauses_each_system(tmp_path: Path, sim: Sim) -> None:
+    from harness.audit.oracle import run_problems
+    from harness.audit.report import build_report
+    from harness.run.rules import BREAKER_CODE, BREAKER_FAILURES
+
+    folder_p = prereg(tmp_path, retries=3)
+    results = tmp_path / "results"
+    down = run_stage(folder_p, "A", results, base_urls=urls(_dead_url()))  # the simulator is not running
+    assert down.exit_code == 1 and not down.complete
+    folder = Path(down.folder)
+    got = logs(folder)
+    assert got["attempts"] and all(a["sent"] is False and a["cost_usd"] == 0 for a in got["attempts"])
+    assert down.progress.total_usd == 0.0  # not the reserve per attempt: nothing reached a provider
+    pauses = {e["system"]: e["error_code"] for e in got["run"] if e["event"] == "pause"}
+    assert pauses == {"good": BREAKER_CODE, "bad": BREAKER_CODE}
+    for s in ("good", "bad"):  # the breaker, not the plan, ended it (at most one more in flight per lane)
+        mine = [a for a in got["attempts"] if a["run_id"] in _run_ids(folder, s)]
+        assert BREAKER_FAILURES <= len(mine) <= BREAKER_FAILURES + 1, len(mine)
+    assert not [f for f in got["finals"] if f["action"] == "stand"]  # nothing scored
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    # paused: a later invocation sends nothing until --resume-paused
+    again = run_stage(folder_p, "A", results, base_urls=urls(_dead_url()))
+    assert again.exit_code == 1 and len(logs(folder)["attempts"]) == len(got["attempts"])
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    back = run_stage(folder_p, "A", results, base_urls=urls(url), resume_paused=True)
+    assert back.exit_code == 0 and back.complete, back.to_json()
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["exhausted"] == 0 and report.summary["standing"] == 12
+    assert report.summary["passed"] == 6 and report.summary["cost_unknown"] == 0
+
+
+def _run_ids(folder: Path, system_slot: str) -> set[str]:
+    return {json.loads(line)["run_id"] for line in (folder / "plan.jsonl").read_text().splitlines()
+            if json.loads(line).get("system") == system_slot}
+
+
+def test_an_exhausted_cell_is_never_scored_and_the_stage_is_not_complete(tmp_path: Path, sim: Sim) -> None:
+    from harness.audit.oracle import run_problems
+    from harness.audit.report import build_report
+
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0, server_error=1.0)])  # every 'bad' request: 500
+    folder_p = prereg(tmp_path)
+    summary = run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url))
+    assert summary.exit_code == 1 and not summary.complete
+    states = {(c["system"], c["state"]) for c in summary.cells}
+    assert states == {("good", "standing"), ("bad", "exhausted")}
+    folder = Path(summary.folder)
+    end = [e for e in logs(folder)["run"] if e["event"] == "end"][-1]
+    assert end["complete"] is False
+    assert not [e for e in logs(folder)["run"] if e["event"] == "pause"]  # a 500 is an answer: no breaker
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["exhausted"] == 6 and sorted(report.summary["exhausted_cells"]) == ["bad"]
+    assert sorted(report.summary["exhausted_cells"]["bad"]) == sorted(_run_ids(folder, "bad"))
+    assert report.frame.height == 6 and set(report.frame.get_column("system")) == {"good"}  # 0/6 never counted
+    assert report.summary["standing"] == 6 and report.summary["not_standing"] == 0
+    assert "provider" not in report.summary["standing_without_answer"]
+    from tests.support.cli import run_proctor
+
+    shown = run_proctor("report", str(folder), "--prereg", str(folder_p))  # the command lists them too
+    assert shown.code == 0 and shown.out["exhausted_cells"] == report.summary["exhausted_cells"]
+    assert {row["system"] for row in shown.out["q_table"]} == {"good"}
+
+
+def test_the_simulator_stopped_during_a_run_costs_only_what_was_sent(tmp_path: Path) -> None:
+    """The endpoint dies mid-run: requests that never left cost $0, only those in flight cost the reserve
+    (unknown), the breaker pauses both systems, nothing is scored as a model failure, and the run resumes."""
+    import os
+    import time
+
+    from harness.audit.oracle import run_problems
+    from harness.audit.report import build_report
+    from tests.support.study import ANSWERS
+
+    systems = tmp_path / "systems.json"
+    systems.write_text(json.dumps({"systems": [system("sim-flash", 1.0), system("sim-glm", 0.0)]}))
+
+    def start_sim(port: int = 0) -> tuple[str, subprocess.Popen[bytes]]:
+        ready = tmp_path / f"ready-{time.monotonic_ns()}.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+        env["PROCTOR_SIM_LATENCY_SCALE"] = "0"
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "sim", "serve", "--port", str(port), "--ready-file",
+                                 str(ready), "--systems", str(systems), "--answers", str(ANSWERS)],
+                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        return str(json.loads(ready.read_text())["url"]), proc
+
+    url, proc = start_sim()
+    folder_p = prereg(tmp_path, retries=3, reserve=0.01)
+    results = tmp_path / "results"
+
+    def outage(p: Any) -> None:  # after the third attempt, the endpoint goes away
+        if sum(s.attempts for s in p.systems) >= 3 and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    try:
+        down = run_stage(folder_p, "A", results, base_urls=urls(url), progress=outage)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert down.exit_code == 1 and not down.complete
+    folder = Path(down.folder)
+    got = logs(folder)
+    errors = [a for a in got["attempts"] if a["outcome"] == "error"]
+    unsent = [a for a in errors if a.get("sent") is False]
+    in_flight = [a for a in errors if a.get("sent") is not False]
+    assert unsent and all(a["cost_usd"] == 0 for a in unsent)
+    assert len(in_flight) <= 4  # at most one per lane was under way when it died: those may have been billed
+    delivered = math.fsum(a["cost_usd"] for a in got["attempts"] if a["outcome"] == "delivered")
+    assert down.progress.total_usd == pytest.approx(delivered + 0.01 * len(in_flight))
+    assert {e["system"] for e in got["run"] if e["event"] == "pause"} == {"good", "bad"}
+    assert not [f for f in got["finals"] if f["class"] != "delivered" and f["action"] == "stand"]
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    url, proc = start_sim()
+    try:
+        back = run_stage(folder_p, "A", results, base_urls=urls(url), resume_paused=True)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert back.exit_code == 0 and back.complete, back.to_json()
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["exhausted"] == 0 and report.summary["passed"] == 6 and report.summary["standing"] == 12

@@ -94,7 +94,11 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
         caps = {s["slot"]: float(s["cap_usd"]) for e in starts[:1] for s in e["systems"]}
         reserve = next((float(a["reserve_usd"]) for _, a in self.admissions), None)
         most = max((r["attempt"] for _, r in self.attempts if is_int(r.get("attempt"))), default=1)
-        return Rules(2, max(0, most - 1), reserve,
+        # the rules a start event logs (newer runs), else the registered default reruns and the most
+        # attempts seen (an outage the breaker paused may not show every transport retry)
+        logged = next((e for e in starts if is_int(e.get("reruns")) and is_int(e.get("transport_retries"))), None)
+        reruns, retries = (int(logged["reruns"]), int(logged["transport_retries"])) if logged else (2, max(0, most - 1))
+        return Rules(reruns, retries, reserve,
                       float(starts[0]["ceiling_usd"]) if starts else None,
                       float(starts[0]["spend_before_usd"]) if starts else None, caps,
                       {"plan.jsonl": os.path.join(self.folder, "plan.jsonl")})

@@ -1,4 +1,4 @@
-"""Pauses, stops, signals and the ceiling: `halted`, `rerun_skipped`, `final_missing`, `incomplete`.
+"""Pauses, stops, signals and the ceiling: `halted`, `breaker`, `rerun_skipped`, `final_missing`, `incomplete`.
 
 The manual: docs/oracle.md.
 """
@@ -10,13 +10,64 @@ import math
 from collections.abc import Mapping
 
 from harness.audit.oracle.base import CheckBase
-from harness.run.rules import INCONCLUSIVE_ITEMS_LIMIT, run_ended
+from harness.run.rules import (
+    BREAKER_CODE,
+    BREAKER_FAILURES,
+    INCONCLUSIVE_ITEMS_LIMIT,
+    exhausted,
+    run_ended,
+    unreachable,
+)
 
 __all__ = ["HaltRules"]
 
 
 class HaltRules(CheckBase):
-    """Pauses, stops, signals and the ceiling: `halted`, `rerun_skipped`, `final_missing`, `incomplete`."""
+    """Pauses, stops, signals and the ceiling: `halted`, `breaker`, `rerun_skipped`, `final_missing`, `incomplete`."""
+
+    def check_breaker(self) -> set[int]:
+        """The circuit breaker, in run-log order: `BREAKER_FAILURES` unreachable attempts of a system in a
+        row (within one invocation, while it is not paused) owe a `pause` of it with `BREAKER_CODE` before
+        its next attempt or the invocation's `end`; every such pause follows such a streak. Returns the
+        run-log lines of the breaker's pauses that are owed (no pause final asks for them)."""
+        streak: dict[str, int] = {}
+        pending: dict[str, int] = {}  # system -> the attempt event that owes a pause
+        paused: set[str] = set()
+        justified: set[int] = set()
+        for line, e in self.events:
+            ev = e["event"]
+            if ev == "start":
+                streak, pending = {}, {}  # a crash (no end) excuses a pause it cut off
+            elif ev == "attempt" and not e.get("recovered"):
+                got = self.by_line.get(e["attempts_line"])
+                if got is None:
+                    continue
+                system = self.requests[got[0]["run_id"]].system
+                owed = pending.pop(system, None)
+                if owed is not None:
+                    self.p("run.jsonl", owed, "breaker", f"{system}: {BREAKER_FAILURES} unreachable attempts in a "
+                           f"row without a pause ({BREAKER_CODE}) before its next attempt")
+                if not unreachable(got[0]):
+                    streak[system] = 0
+                    continue
+                streak[system] = streak.get(system, 0) + 1
+                if streak[system] >= BREAKER_FAILURES and system not in paused:
+                    pending[system] = line
+            elif ev == "pause":
+                paused.add(e["system"])
+                if e.get("error_code") == BREAKER_CODE:
+                    if pending.pop(e["system"], None) is None:
+                        self.p("run.jsonl", line, "breaker", f"a {BREAKER_CODE} pause of {e['system']} without "
+                               f"{BREAKER_FAILURES} unreachable attempts in a row before it")
+                    justified.add(line)
+            elif ev == "resume_paused":
+                paused.discard(e["system"])
+            elif ev == "end":
+                for system, owed in sorted(pending.items()):
+                    self.p("run.jsonl", owed, "breaker", f"{system}: {BREAKER_FAILURES} unreachable attempts in a "
+                           f"row without a pause ({BREAKER_CODE}) before the invocation's end")
+                pending = {}
+        return justified
 
     def check_halts(self) -> None:
         # per system: intervals in which nothing may start, [from, until)
@@ -77,7 +128,7 @@ class HaltRules(CheckBase):
         """
         last = len(self.start_times) - 1
         pauses = [(line, e) for line, e in self.events if e["event"] == "pause"]
-        used: set[int] = set()
+        used: set[int] = self.check_breaker()
         inconclusive: dict[str, set[str]] = {}
         finals = sorted((line, rid, f) for rid, fs in self.finals.items() for line, f in fs)
         for line, rid, f in finals:
@@ -163,4 +214,8 @@ class HaltRules(CheckBase):
                     done = [f for _, f in self.finals.get(rid, []) if self.invocation_of(float(f["at"])) <= inv]
                     if not done or done[-1].get("action") != "stand":
                         self.p("run.jsonl", None, "incomplete", f"complete logged at {at} but {rid} does not stand")
+                        break
+                    if exhausted(done[-1].get("class"), done[-1].get("action")):
+                        self.p("run.jsonl", None, "incomplete", f"complete logged at {at} but {rid} is exhausted "
+                               "(it stands on a transport failure)")
                         break
