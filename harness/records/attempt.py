@@ -98,8 +98,8 @@ class Attempt:
 
 
 _COMMON: Final = ("kind", *(n for n in Attempt.__dataclass_fields__
-                            if n not in ("text", "error_code", "error_message", "rerun")))
-"""The keys of every attempt record (the fields of `Attempt` but those of one outcome, and `rerun`)."""
+                            if n not in ("text", "error_code", "error_message", "rerun", "sent")))
+"""The keys of every attempt record (the fields of `Attempt` but those of one outcome, `rerun` and `sent`)."""
 _FIELDS: Final = {
     "delivered": frozenset((*_COMMON, "text")),
     "error": frozenset((*_COMMON, "error_code", "error_message")),
