@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import Code, ProviderRefusal
 from harness.evidence.fsutil import atomic_write
@@ -15,8 +15,10 @@ from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.gate.escalation import LATERAL, EscalationState
 from harness.gate.evidence import evidence_packet, render_evidence
 from harness.gate.workspace import Gate
-from harness.providers.catalog import Catalog, CatalogModel, load_catalog, resolve_model
 from harness.records.journal import LaneSwitch, ProviderSwitch
+
+if TYPE_CHECKING:  # the catalog (and every provider behind it) is imported only when a model is chosen
+    from harness.providers.catalog import Catalog, CatalogModel
 
 __all__ = ["AUTO_MODEL", "ModelChoice", "choose_model", "lane_switch", "next_lane", "provider_switch"]
 
@@ -37,6 +39,8 @@ def choose_model(
     name: str, lane: str, esc: EscalationState, catalog_path: str | None, pricing_path: str | None
 ) -> ModelChoice:
     """The catalog model for `--model ID` or `--model auto` (the cheapest of the lane)."""
+    from harness.providers.catalog import load_catalog, resolve_model
+
     catalog = load_catalog(catalog_path)
     if name != AUTO_MODEL:
         named = resolve_model(catalog, name)

@@ -27,7 +27,6 @@ from harness.gate.metering import metering_proxy, socket_base_url, wire_end
 from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
-from harness.providers.catalog import worker_env
 from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
 from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
@@ -230,6 +229,8 @@ def dispatch(
         with proxied as metering:
             model_fields: dict[str, Any] = {}
             if choice is not None:
+                from harness.providers.catalog import worker_env
+
                 if metering.get("socket"):
                     given.update(worker_env(choice.model, choice.catalog, socket_base_url(metering["base_url"])))
                     given[PROXY_SOCKET_ENV] = os.path.join(IN_SANDBOX, "proxy", "proxy.sock")
