@@ -251,6 +251,8 @@ class Code(StrEnum):
     AMENDMENT_CHANGES_STUDY = "amendment_changes_study"
     AMENDMENT_NOTE_CHANGES_FILES = "amendment_note_changes_files"
     DRAW_EXCEEDS_PACKET = "draw_exceeds_packet"
+    GO_INVALID = "go_invalid"
+    GO_BY_EMPTY = "go_by_empty"
 
     # plan: the study plan is invalid
     PLAN_INVALID = "plan_invalid"
@@ -275,6 +277,7 @@ class Code(StrEnum):
     RUN_FINAL_INVALID = "run_final_invalid"
     RUN_LOG_INVALID = "run_log_invalid"
     RUN_PREFLIGHT_FAILED = "run_preflight_failed"
+    GO_REQUIRED = "go_required"
 
     # report: the report cannot be built
     REPORT_REFUSED = "report_refused"
@@ -483,7 +486,7 @@ AREAS: Final[tuple[Area, ...]] = _runs(
     Area("attempts and resume", "an attempt record or a resume is invalid", RunRefusal,
          Code.ATTEMPT_INVALID),
     Area("study runner", "a stage cannot be run", RunRefusal, Code.RUN_PLAN_CHANGED,
-         also=(Code.INVOCATION_LOCKED, Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE)),
+         also=(Code.INVOCATION_LOCKED, Code.PREREG_NOT_FROZEN, Code.PREREG_CHANGED_SINCE_FREEZE, Code.GO_INVALID)),
     Area("report", "the report cannot be built", AuditRefusal, Code.REPORT_REFUSED),
     Area("results folders", "a results folder cannot be found", AuditRefusal,
          Code.RESULTS_NOT_FOUND),

@@ -144,12 +144,14 @@ def _parser() -> _Parser:
                    "as the run notebook's base_url parameter; default: the catalog's, or its base_url_env "
                    "variable (PROCTOR_SIM_URL for the simulated systems)")
 
-    prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend.")
+    prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend, go.")
     psub = prereg.add_subparsers(dest="prereg_cmd", required=True, metavar="ACTION", parser_class=_Parser)
     for name, handler, text in (
         ("check", study.prereg_check, "Validate a preregistration; show its cells, budget arithmetic, power and freeze."),
         ("freeze", study.prereg_freeze, "Write FROZEN.json (the sha256 of every file); once, later changes are amends."),
         ("amend", study.prereg_amend, "Log a dated amendment (what changed since the freeze, and why, or a --note) and re-freeze."),
+        ("go", study.prereg_go, "Show a stage's budget and record a dated go to run it under the current freeze "
+         "(a paid run waits for it)."),
     ):
         p = psub.add_parser(name, help=text, description=text, parents=[common])
         p.add_argument("dir", help="the preregistration folder (design.toml, PREREG.md, systems.json)")
@@ -157,6 +159,10 @@ def _parser() -> _Parser:
             why = p.add_mutually_exclusive_group(required=True)
             why.add_argument("--reason", help="why the preregistration's files changed")
             why.add_argument("--note", help="a deviation recorded without a file change (the folder is as frozen)")
+        if name == "go":
+            p.add_argument("--stage", required=True, help="the stage authorized (a registered stage id, matrix or full)")
+            p.add_argument("--by", required=True, help="who gives the go")
+            p.add_argument("--note", default=None, help="an optional note kept with the go")
         p.set_defaults(handler=handler)
 
     worker = sub.add_parser("worker", help="Built-in workers.")

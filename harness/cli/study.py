@@ -25,6 +25,7 @@ __all__ = [
     "prereg_amend",
     "prereg_check",
     "prereg_freeze",
+    "prereg_go",
     "report",
     "resume",
     "run",
@@ -155,6 +156,21 @@ def prereg_amend(args: argparse.Namespace) -> Outcome:
     if args.note is not None:
         return Outcome.of(amend(args.dir, args.note, note=True))
     return Outcome.of(amend(args.dir, args.reason))
+
+
+def prereg_go(args: argparse.Namespace) -> Outcome:
+    """`proctor prereg go DIR --stage S --by NAME [--note TEXT]`: show the stage's budget, then record the go."""
+    import json
+    import sys
+
+    from harness.prereg.go import give_go
+
+    def show(budget: dict[str, object]) -> None:
+        if not args.json:
+            sys.stderr.write(f"budget of stage {budget['stage']}: {json.dumps(budget, sort_keys=True)}\n")
+            sys.stderr.flush()
+
+    return Outcome.of(give_go(args.dir, args.stage, args.by, args.note, show=show))
 
 
 def plan(args: argparse.Namespace) -> Outcome:

@@ -24,6 +24,7 @@ __all__ = [
     "AMENDMENTS_NAME",
     "CATALOG_NAME",
     "FROZEN_NAME",
+    "GO_NAME",
     "IGNORED_FOLDERS",
     "MANAGED",
     "REQUIRED_FILES",
@@ -43,7 +44,9 @@ FROZEN_NAME: Final = "FROZEN.json"
 AMENDMENTS_NAME: Final = "AMENDMENTS.jsonl"
 REQUIRED_FILES: Final = ("design.toml", "PREREG.md", "systems.json")
 CATALOG_NAME: Final = "catalog.toml"
-MANAGED: Final = (FROZEN_NAME, AMENDMENTS_NAME)
+GO_NAME: Final = "GO.jsonl"
+"""The go log (`proctor prereg go`): authorizations to run, never part of the freeze."""
+MANAGED: Final = (FROZEN_NAME, AMENDMENTS_NAME, GO_NAME)
 IGNORED_FOLDERS: Final = (".ipynb_checkpoints",)
 """Folders an editor leaves behind (Jupyter's autosaves): not registered, never a change."""
 _LOCK_WAIT_S: Final = 10.0
@@ -53,7 +56,7 @@ _LOCK_WAIT_S: Final = 10.0
 class Contents:
     files: dict[str, bytes]  # every visible regular file except the managed ones
     odd: dict[str, str]  # entries that may not be there: name -> what they are
-    managed: frozenset[str]  # which of FROZEN.json / AMENDMENTS.jsonl exist
+    managed: frozenset[str]  # which of FROZEN.json / AMENDMENTS.jsonl / GO.jsonl exist
 
     def hashes(self) -> dict[str, str]:
         return {name: sha256_hex(data) for name, data in self.files.items()}

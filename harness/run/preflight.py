@@ -40,6 +40,7 @@ def preflight(
 ) -> RunSummary:
     """The preflight summary (`RunSummary` with mode `preflight`); exit_code 0 when nothing stands in the way."""
     from harness.evidence.lock import lock_holder
+    from harness.prereg.go import go_problem
     from harness.run.rules import ceiling_total
     from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
     from harness.run.summary import RunProgress, RunSummary, SystemProgress
@@ -72,6 +73,12 @@ def preflight(
         if setup.prices[slot] is None:
             problem("pricing", f"system {slot}: no price for {model.pricing_key!r} in {setup.pricing_path}",
                     system=slot)
+    try:
+        missing = go_problem(setup.frozen, stage, setup.models, setup.base_urls)
+    except Refusal as exc:
+        missing = (exc.message, [])
+    if missing is not None:
+        problem("go", missing[0], refusal=Code.GO_REQUIRED, systems=missing[1])
     for url in sorted(set(setup.base_urls.values())):
         why = _endpoint(url)
         if why is not None:

@@ -17,8 +17,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from harness.errors import Code, RunRefusal
 from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
+from harness.prereg.folder import GO_NAME
+from harness.prereg.go import go_problem
 from harness.providers.transport import Transport
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
@@ -140,6 +143,10 @@ def run_stage(
         return run_preflight(prereg_dir, stage, results_dir, base_urls=base_urls)
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
+    if not dry_run:
+        missing = go_problem(setup.frozen, stage, setup.models, setup.base_urls)
+        if missing is not None:
+            raise RunRefusal(Code.GO_REQUIRED, missing[0], os.path.join(setup.frozen.path, GO_NAME), systems=missing[1])
     if dry_run:
         pin_plan(setup, write=False)
         ledger = load_stage_ledger(setup)
