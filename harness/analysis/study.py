@@ -33,8 +33,9 @@ from harness.errors import Code, LogRefusal, Refusal
 from harness.evidence.chain_read import verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
-from harness.prereg.folder import AMENDMENTS_NAME, FROZEN_NAME
+from harness.prereg.folder import AMENDMENTS_NAME, FROZEN_NAME, GO_NAME
 from harness.prereg.frozen import FrozenPrereg, amendments_seed, check_frozen
+from harness.prereg.go import go_seed
 from harness.run.layout import LOGS, log_seed
 
 __all__ = [
@@ -152,6 +153,10 @@ def _provenance(results: StudyResults, frozen: FrozenPrereg) -> pl.DataFrame:
         row = _log_row(f"prereg:{AMENDMENTS_NAME}", amendments, AMENDMENTS_NAME,
                        amendments_seed(frozen.design.study_id), "prereg")
         rows.append({**row, "sha256": sha256_hex(read_bytes(amendments))})
+    gos = os.path.join(frozen.path, GO_NAME)
+    if os.path.lexists(gos):  # the gos to run (`proctor prereg go`): not part of the freeze, but evidence
+        row = _log_row(f"prereg:{GO_NAME}", gos, GO_NAME, go_seed(frozen.design.study_id), "prereg")
+        rows.append({**row, "sha256": sha256_hex(read_bytes(gos))})
     for stage in results.stages:
         rel = os.path.relpath(stage.folder, results.folder).replace(os.sep, "/")
         rows.append({"name": f"{stage.stage}:plan", "path": f"{rel}/plan.jsonl", "sha256": stage.plan_sha256,

@@ -19,7 +19,9 @@ from harness.errors import AuditRefusal, Code, Refusal
 from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.prereg.amended import check_stage_plan
+from harness.prereg.folder import locked
 from harness.prereg.frozen import FrozenPrereg, check_frozen
+from harness.prereg.go import read_gos
 from harness.records.plan import Plan
 from harness.records.usage import CATEGORIES
 from harness.run.attempts import read_plan
@@ -252,7 +254,15 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
         "frozen_sha256": frozen.frozen_sha256,
         "prereg": frozen.path,
         "amendments": [a.to_json() for a in frozen.amendments],
+        "gos": _gos(frozen, str(plan.header.get("stage") or os.path.basename(folder))),
         "problems": 0,
     }
     exhausted = pl.DataFrame(dropped, schema=EXHAUSTED_SCHEMA, orient="row") if dropped else None
     return Report(frame, summary) if exhausted is None else Report(frame, summary, exhausted)
+
+
+def _gos(frozen: FrozenPrereg, stage: str) -> list[dict[str, Any]]:
+    """The stage's gos (`proctor prereg go`), under whichever freeze each was given, in order."""
+    with locked(frozen.path, exclusive=False):
+        gos = read_gos(frozen.path, frozen.design.study_id)
+    return [{**g.to_json(), "line_sha256": g.line_sha256} for g in gos if g.stage == stage]

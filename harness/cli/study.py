@@ -87,6 +87,8 @@ def report(args: argparse.Namespace) -> Outcome:
         return Outcome.of({**report.summary, "q_table": rows})
     summary = {k: v for k, v in report.summary.items() if k != "amendments"}
     summary["amendments"] = [f"{a['amendment']} ({a['at']}): {a['reason']}" for a in report.summary["amendments"]]
+    summary["gos"] = [f"{g['go']} ({g['at']}) by {g['by']} under FROZEN.json {g['frozen_sha256'][:12]}"
+                      + (f": {g['note']}" if g["note"] else "") for g in report.summary["gos"]]
     shown = ("system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
              "cost_per_pass_usd", "latency_median_s")
     return Outcome.of({**summary, "q_table": [{k: row[k] for k in shown} for row in rows]})

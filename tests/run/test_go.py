@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.study import analyze_study
+from harness.audit.report import build_report
 from harness.errors import Code, Refusal
 from harness.evidence.chain_read import read_log
 from harness.prereg.freeze import amend, freeze
@@ -112,6 +114,11 @@ def test_a_paid_run_is_refused_go_required_with_no_request_sent_then_runs_after_
         give_go(folder, "A", "Ada Lovelace", "budget read")
         summary = run_stage(folder, "A", tmp_path / "results", base_urls=base)
         assert len(server.received) >= 4, summary.to_json()  # 2 items x 2 systems
+        # the go is listed in the report's summary and the analysis's provenance
+        report = build_report(tmp_path / "results" / "paid" / "A", prereg_dir=folder)
+        assert [(g["go"], g["by"], g["note"]) for g in report.summary["gos"]] == [(1, "Ada Lovelace", "budget read")]
+        provenance = analyze_study(tmp_path / "results", prereg=folder).provenance.to_dicts()
+        assert [row["lines"] for row in provenance if row["name"] == "prereg:GO.jsonl"] == [1]
         # an amendment is a new freeze: the go given before it no longer counts
         amend(folder, "a deviation", note=True)
         with pytest.raises(Refusal) as again:
