@@ -265,4 +265,4 @@ def _gos(frozen: FrozenPrereg, stage: str) -> list[dict[str, Any]]:
     """The stage's gos (`proctor prereg go`), under whichever freeze each was given, in order."""
     with locked(frozen.path, exclusive=False):
         gos = read_gos(frozen.path, frozen.design.study_id)
-    return [{**g.to_json(), "line_sha256": g.line_sha256} for g in gos if g.stage == stage]
+    return [g.to_json() for g in gos if g.stage == stage]

@@ -24,7 +24,7 @@ from harness.prereg.folder import GO_NAME, locked, open_folder
 from harness.prereg.frozen import FrozenPrereg, check_frozen, epoch
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
 from harness.providers.catalog import CatalogModel
-from harness.records.go import GO_KEYS, Go
+from harness.records.go import Go
 
 __all__ = ["FREE_PROVIDERS", "LOCAL_PROVIDERS", "give_go", "go_for", "go_problem", "go_seed", "needs_go", "read_gos"]
 
@@ -61,28 +61,20 @@ def needs_go(model: CatalogModel, base_url: str) -> bool:
     return not (provider in LOCAL_PROVIDERS and _loopback(base_url))
 
 
-def _parse(record: dict[str, Any], index: int, path: str) -> Go:
+def _parse(record: dict[str, Any], index: int, path: str) -> tuple[Go, str]:
+    """One log line as a go and its line's sha256 (the lines are canonical, so it is recomputed)."""
+    go = Go.from_json(record, path=path, line=index)
+
     def bad(message: str) -> Refusal:
         return PreregRefusal(Code.GO_INVALID, f"line {index}: {message}", path, line=index)
 
-    allowed = set(GO_KEYS) | {"prev"} | ({"seed"} if index == 1 else set())
-    if not set(GO_KEYS) | {"prev"} <= set(record) <= allowed:
-        raise bad(f"expected exactly the keys {', '.join(GO_KEYS)}")
-    if type(record["go"]) is not int or record["go"] != index:
+    if go.number != index:
         raise bad(f"go must be {index} (numbered 1, 2, ... in order)")
-    if epoch(record["at"]) is None:
+    if epoch(go.at) is None:
         raise bad("at must be an ISO-8601 UTC time")
-    if not all(isinstance(record[k], str) and record[k].strip() for k in ("stage", "by", "frozen_sha256")):
-        raise bad("stage, by and frozen_sha256 must be non-empty texts")
-    if record["note"] is not None and not isinstance(record["note"], str):
-        raise bad("note must be a text or null")
-    caps = record["caps_usd"]
-    numbers = [record["ceiling_usd"], *(caps.values() if isinstance(caps, dict) else [])]
-    if not isinstance(caps, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
-        raise bad("ceiling_usd must be a number and caps_usd map slots to numbers")
-    return Go(index, record["at"], record["stage"], record["by"], record["note"], record["frozen_sha256"],
-              float(record["ceiling_usd"]), {str(k): float(v) for k, v in caps.items()},
-              sha256_hex(canonical_bytes(record)))
+    if not all(v.strip() for v in (go.stage, go.by, go.frozen_sha256)):
+        raise bad("stage, by and frozen_sha256 must be non-empty")
+    return go, sha256_hex(canonical_bytes(record))
 
 
 def read_gos(folder: str, study: str) -> list[Go]:
@@ -92,7 +84,7 @@ def read_gos(folder: str, study: str) -> list[Go]:
         return []
     if not stat.S_ISREG(os.lstat(path).st_mode):
         raise PreregRefusal(Code.GO_INVALID, "GO.jsonl must be a regular file, not a link or anything else", path)
-    gos = [_parse(r, i, path) for i, r in enumerate(read_log(path, go_seed(study)), 1)]
+    gos = [_parse(r, i, path)[0] for i, r in enumerate(read_log(path, go_seed(study)), 1)]
     last = 0.0
     for g in gos:
         at = epoch(g.at) or 0.0
@@ -138,9 +130,9 @@ def give_go(path: str | os.PathLike[str], stage: str, by: str, note: str | None 
         record = Go(len(gos) + 1, utc_iso(Clock(floor).now()), stage, by.strip(), note, frozen.frozen_sha256,
                     ceiling, caps)
         line = ChainedLog(log_path, go_seed(frozen.design.study_id)).append(record.to_json())
-        record = _parse(line, record.number, log_path)
+        record, line_sha256 = _parse(line, record.number, log_path)
     return {"ok": True, "study": frozen.design.study_id, "path": folder, "budget": budget,
-            "go": {**record.to_json(), "line_sha256": record.line_sha256}}
+            "go": {**record.to_json(), "line_sha256": line_sha256}}
 
 
 def go_problem(frozen: FrozenPrereg, stage: str, models: dict[str, CatalogModel],

@@ -14,6 +14,7 @@ import pytest
 from harness.analysis.study import analyze_study
 from harness.audit.report import build_report
 from harness.errors import Code, Refusal
+from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log
 from harness.prereg.freeze import amend, freeze
 from harness.prereg.frozen import check_frozen
@@ -184,3 +185,13 @@ def test_proctor_prereg_go_shows_the_budget_and_records_the_go(tmp_path: Path) -
     refused = run_proctor("prereg", "go", str(folder), "--stage", "nope", "--by", "Ada")
     assert refused.code != 0 and refused.out["refusal"] == Code.UNKNOWN_STAGE
     assert len(read_log(folder / "GO.jsonl", go_seed("paid"))) == 1
+
+
+def test_a_go_line_that_is_not_a_go_is_refused_go_invalid(tmp_path: Path) -> None:
+    folder = paid_prereg(tmp_path)
+    first = give_go(folder, "A", "Ada")["go"]
+    line = {k: v for k, v in first.items() if k not in ("line_sha256", "by")} | {"go": 2}  # no `by`
+    ChainedLog(folder / "GO.jsonl", go_seed("paid")).append(line)
+    with pytest.raises(Refusal) as got:
+        give_go(folder, "A", "Grace")
+    assert got.value.code == Code.GO_INVALID and "line 2" in got.value.message and "by" in got.value.message
