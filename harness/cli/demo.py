@@ -245,7 +245,9 @@ def part_three(out: Path, seed: int, tmp: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     r = _run("check the frozen preregistration", ["prereg", "check", str(prereg)], 0)
-    print(f"study {r.get('study')}: frozen, unchanged; budget covered: {r['budget']['covered']}")
+    covers = ", ".join(f"{name} the {case} case" for name, case in sorted(r["budget"]["covers"].items()))
+    print(f"study {r.get('study')}: frozen, unchanged; budget covered: {r['budget']['covered']} "
+          f"(what each limit covers: {covers})")
     env = {**os.environ, "PROCTOR_SIM_LATENCY_SCALE": "0.2"}
     answers = REPO / "evals" / "humaneval" / "private" / "sim_answers.jsonl"
     with simulator(tmp, seed, ("--answers", str(answers)), env) as url:

@@ -22,7 +22,7 @@ from harness.prereg.frozen import check_frozen
 from harness.prereg.resolve import resolve_systems
 from harness.providers.catalog import load_catalog
 
-__all__ = ["check_prereg"]
+__all__ = ["budget_of", "check_prereg"]
 
 
 def check_prereg(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def check_prereg(path: str | os.PathLike[str]) -> dict[str, Any]:
         if os.path.lexists(os.path.join(folder, AMENDMENTS_NAME)):
             warnings.append("AMENDMENTS.jsonl exists without FROZEN.json: freeze refuses; restore FROZEN.json")
     stages = [_stage_cells(design, stage_id) for stage_id in (s.id for s in design.stages)]
-    budget = _budget(design, warnings)
+    budget = budget_of(design, warnings)
     power = [_comparison_power(design, i, warnings) for i in range(len(design.comparisons))]
     return {
         "ok": True, "study": design.study_id, "title": design.title, "path": folder,
@@ -86,39 +86,78 @@ def _usd(x: float) -> float:
     return round(x, 6)
 
 
-def _budget(design: Design, warnings: list[str]) -> dict[str, Any]:
-    """Caps against the reserve: an item under way (one item of one repeat, all its arms) holds the reserve."""
+def _covers(need_expected: float, need_worst: float, limit: float) -> str:
+    """Which case `limit` covers: `worst` (every rerun and retry spent), `expected` (each arm once), or `neither`."""
+    if need_worst <= limit:
+        return "worst"
+    return "expected" if need_expected <= limit else "neither"
+
+
+def budget_of(design: Design, warnings: list[str]) -> dict[str, Any]:
+    """Caps and the ceiling against the reserve, in the expected case and in the worst case.
+
+    Expected: every item under way (one item of one repeat, all its arms
+    answered once) holds the reserve, as admission holds it. Worst: every
+    rerun and every transport retry is spent and each attempt costs the
+    reserve (an unresolved cost counts as the reserve), so one item can take
+    arms x (reruns + 1) x (transport retries + 1) attempts. Each cap, the
+    overall cap and the ceiling say which case they cover (`covers`).
+    """
     b = design.budgets
+    per_attempt = (design.run.reruns + 1) * (design.run.transport_retries + 1)
     systems: list[dict[str, Any]] = []
     for system in design.systems:
         rows: list[dict[str, Any]] = []
-        held = 0.0
+        held = worst = 0.0
         for stage in design.stages:
             if system.slot not in stage.systems:
                 continue
             items = stage.items * stage.repeats
+            attempts = len(stage.arms) * per_attempt
             held = math.fsum([held, items * b.reserve_per_item_usd])
+            worst = math.fsum([worst, items * attempts * b.reserve_per_item_usd])
             rows.append({"stage": stage.id, "items": items, "reserve_usd": _usd(items * b.reserve_per_item_usd),
-                         "cumulative_usd": _usd(held), "covered": held <= system.cap_usd})
+                         "cumulative_usd": _usd(held), "covered": held <= system.cap_usd,
+                         "worst_attempts_per_item": attempts,
+                         "worst_usd": _usd(items * attempts * b.reserve_per_item_usd),
+                         "worst_cumulative_usd": _usd(worst), "covers": _covers(held, worst, system.cap_usd)})
         covered = held <= system.cap_usd
+        covers = _covers(held, worst, system.cap_usd)
         if not covered:
             short = next(r["stage"] for r in rows if not r["covered"])
             warnings.append(f"system {system.slot}: its cap ${system.cap_usd:g} cannot cover its items at the "
                             f"reserve ${b.reserve_per_item_usd:g} (${_usd(held):g} needed; short from stage {short})")
+        elif covers == "expected":
+            warnings.append(f"system {system.slot}: its cap ${system.cap_usd:g} covers the expected case "
+                            f"(${_usd(held):g}) but not the worst case (${_usd(worst):g}, every rerun and transport "
+                            "retry spent): admission refuses items once the cap is reached")
         systems.append({"slot": system.slot, "cap_usd": system.cap_usd,
                         "items": sum(r["items"] for r in rows), "reserve_needed_usd": _usd(held),
-                        "covered": covered, "stages": rows})
-    total = math.fsum(s["reserve_needed_usd"] for s in systems)
+                        "covered": covered, "expected_usd": _usd(held), "worst_usd": _usd(worst),
+                        "covers": covers, "stages": rows})
+    total = math.fsum(s["expected_usd"] for s in systems)
+    total_worst = math.fsum(s["worst_usd"] for s in systems)
     available = b.overall_cap_usd - b.spend_before_usd
+    ceiling_left = b.ceiling_usd - b.spend_before_usd
+    overall_covers = _covers(total, total_worst, available)
+    ceiling_covers = _covers(total, total_worst, ceiling_left)
     if total > available:
         warnings.append(f"overall: the stages need ${_usd(total):g} at the reserve; the overall cap leaves "
                         f"${_usd(available):g} after ${b.spend_before_usd:g} spent before")
+    if ceiling_covers != "worst":
+        warnings.append(f"ceiling: ${_usd(b.ceiling_usd):g} covers {ceiling_covers} case: the worst case "
+                        f"(every rerun and transport retry spent) needs ${_usd(total_worst):g} after "
+                        f"${b.spend_before_usd:g} spent before")
     if sum(s.cap_usd for s in design.systems) > b.overall_cap_usd:
         warnings.append("the systems' caps add up to more than the overall cap: the overall cap binds first")
     return {"reserve_per_item_usd": b.reserve_per_item_usd, "systems": systems,
             "overall_cap_usd": b.overall_cap_usd, "ceiling_margin_usd": b.ceiling_margin_usd,
             "ceiling_usd": _usd(b.ceiling_usd), "spend_before_usd": b.spend_before_usd,
-            "available_usd": _usd(available), "reserve_needed_usd": _usd(total), "covered": total <= available}
+            "available_usd": _usd(available), "reserve_needed_usd": _usd(total), "covered": total <= available,
+            "reruns": design.run.reruns, "transport_retries": design.run.transport_retries,
+            "expected_usd": _usd(total), "worst_usd": _usd(total_worst),
+            "covers": {"overall_cap": overall_covers, "ceiling": ceiling_covers,
+                       **{s["slot"]: s["covers"] for s in systems}}}
 
 
 def _comparison_power(design: Design, index: int, warnings: list[str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import loads_strict, sha256_hex
+from harness.prereg.check import budget_of
 from harness.prereg.folder import (
     AMENDMENTS_NAME,
     FROZEN_NAME,
@@ -80,7 +81,10 @@ def freeze(path: str | os.PathLike[str]) -> dict[str, Any]:
         resolve_packet(prepared.design)
         resolve_systems(folder, prepared.design, prepared.catalog, prepared.files)
         written = _write_frozen(folder, prepared.design.study_id, utc_iso(time.time()), prepared.files, [])
-    return {"ok": True, "study": prepared.design.study_id, "path": folder, "frozen": written}
+    warnings: list[str] = []
+    budget = budget_of(prepared.design, warnings)
+    return {"ok": True, "study": prepared.design.study_id, "path": folder, "frozen": written,
+            "budget": budget, "warnings": warnings}
 
 
 def amend(path: str | os.PathLike[str], reason: str, *, note: bool = False) -> dict[str, Any]:

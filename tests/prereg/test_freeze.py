@@ -696,6 +696,54 @@ def test_check_warns_when_caps_cannot_cover_the_stages(tmp_path: Path) -> None:
     assert any(w.startswith("overall:") for w in out["warnings"])
 
 
+def test_check_shows_the_worst_case_beside_the_expected_and_what_each_cap_covers(tmp_path: Path) -> None:
+    # issue 13 item 3: one item can take arms x (reruns+1) x (transport retries+1) attempts, each at the
+    # reserve; check called the base design "covered" although reruns and retries can spend 21x the caps
+    out = check_prereg(write_prereg(tmp_path))
+    b = out["budget"]
+    cheap = b["systems"][0]
+    assert [(s["stage"], s["worst_attempts_per_item"]) for s in cheap["stages"]] == [("A", 12), ("B", 24)]
+    assert cheap["expected_usd"] == pytest.approx(0.8)  # 16 items x 0.05
+    assert cheap["worst_usd"] == pytest.approx(16.8)  # (4 x 12 + 12 x 24) attempts x 0.05
+    assert cheap["covers"] == "expected" and b["systems"][1]["covers"] == "expected"
+    assert b["expected_usd"] == pytest.approx(1.6) and b["worst_usd"] == pytest.approx(33.6)
+    assert b["covers"] == {"overall_cap": "expected", "ceiling": "expected", "cheap": "expected",
+                           "strong": "expected"}
+    assert any("system cheap" in w and "not the worst case ($16.8" in w for w in out["warnings"])
+    assert any(w.startswith("ceiling: $5.5 covers expected case") for w in out["warnings"])
+
+
+def test_check_says_the_caps_cover_the_worst_case_when_they_do(tmp_path: Path) -> None:
+    def no_retries(d: dict[str, Any]) -> None:
+        d["run"].update(reruns=0, transport_retries=0)
+        d["budgets"]["reserve_per_item_usd"] = 0.01  # cheap: (4 + 24) attempts x 0.01 = 0.28 <= 1.0
+
+    out = check_prereg(write_prereg(tmp_path, no_retries))
+    b = out["budget"]
+    assert b["systems"][0]["worst_usd"] == pytest.approx(0.28)
+    assert b["covers"] == {"overall_cap": "worst", "ceiling": "worst", "cheap": "worst", "strong": "worst"}
+    assert not any("worst case" in w for w in out["warnings"])
+
+
+def test_check_says_neither_when_a_cap_misses_even_the_expected_case(tmp_path: Path) -> None:
+    def tight(d: dict[str, Any]) -> None:
+        d["budgets"]["reserve_per_item_usd"] = 0.1
+        d["budgets"]["overall_cap_usd"] = 2.0
+
+    b = check_prereg(write_prereg(tmp_path, tight))["budget"]
+    assert b["systems"][0]["covers"] == "neither" and b["systems"][1]["covers"] == "expected"
+    assert [s["covers"] for s in b["systems"][0]["stages"]] == ["expected", "neither"]
+    assert b["covers"]["overall_cap"] == "neither" and b["covers"]["ceiling"] == "neither"
+
+
+def test_freeze_output_shows_the_budget_cases(folder: Path) -> None:
+    result = run_proctor("prereg", "freeze", str(folder))
+    assert result.code == 0
+    assert result.out["budget"]["covers"]["cheap"] == "expected"
+    assert result.out["budget"]["worst_usd"] == pytest.approx(33.6)
+    assert any("not the worst case" in w for w in result.out["warnings"])
+
+
 def test_check_reports_an_unachievable_comparison(tmp_path: Path) -> None:
     def apart(d: dict[str, Any]) -> None:
         d["analysis"]["comparisons"][0].update(expected_a=0.5, expected_b=0.7)
