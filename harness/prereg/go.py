@@ -9,6 +9,7 @@ The manual: docs/prereg.md ("The go").
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import stat
 import urllib.parse
@@ -20,6 +21,7 @@ from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.prereg.check import budget_of
 from harness.prereg.folder import GO_NAME, locked, open_folder
 from harness.prereg.frozen import FrozenPrereg, check_frozen, epoch
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
@@ -119,8 +121,14 @@ def give_go(path: str | os.PathLike[str], stage: str, by: str, note: str | None 
         note = None
     frozen = check_frozen(folder)  # refuses an unfrozen or changed preregistration
     ceiling, caps = _budget(frozen, stage)  # refuses an unknown stage
-    budget = {"stage": stage, "caps_usd": caps, "ceiling_usd": ceiling,
-              "spend_before_usd": frozen.design.budgets.spend_before_usd}
+    budget: dict[str, Any] = {"stage": stage, "caps_usd": caps, "ceiling_usd": ceiling,
+                              "spend_before_usd": frozen.design.budgets.spend_before_usd}
+    rows = {s["slot"]: next((r for r in s["stages"] if r["stage"] == stage), None)
+            for s in budget_of(frozen.design, [])["systems"] if s["slot"] in caps}
+    if all(r is not None for r in rows.values()):  # a registered stage: its expected and worst case (`prereg check`)
+        budget["expected_usd"] = {slot: r["reserve_usd"] for slot, r in rows.items() if r is not None}
+        budget["worst_usd"] = {slot: r["worst_usd"] for slot, r in rows.items() if r is not None}
+        budget["worst_total_usd"] = math.fsum(budget["worst_usd"].values())
     if show is not None:
         show(budget)
     log_path = os.path.join(folder, GO_NAME)

@@ -59,6 +59,11 @@ REPLY = {"id": "x", "object": "chat.completion", "created": 1, "model": "paid-a"
                       "message": {"role": "assistant", "content": "```python\ndef f():\n    return 1\n```"}}],
          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
 
+# the stage's budget as `prereg go` shows it: caps, ceiling, and (from `prereg check`'s arithmetic) the
+# expected and worst case of this stage (2 items at the reserve 0.01; no reruns or retries registered)
+BUDGET = {"stage": "A", "caps_usd": {"a": 1.0, "b": 2.0}, "ceiling_usd": 3.2, "spend_before_usd": 0.0,
+          "expected_usd": {"a": 0.02, "b": 0.02}, "worst_usd": {"a": 0.02, "b": 0.02}, "worst_total_usd": 0.04}
+
 
 def paid_prereg(root: Path) -> Path:
     design = {
@@ -139,7 +144,7 @@ def test_the_go_is_chained_dated_and_shows_the_budget_first(tmp_path: Path) -> N
     folder = paid_prereg(tmp_path)
     shown: list[dict[str, object]] = []
     first = give_go(folder, "A", "Ada", show=shown.append)
-    assert shown == [{"stage": "A", "caps_usd": {"a": 1.0, "b": 2.0}, "ceiling_usd": 3.2, "spend_before_usd": 0.0}]
+    assert shown == [BUDGET]
     second = give_go(folder, "A", "Grace", "second look")
     lines = read_log(folder / "GO.jsonl", go_seed("paid"))  # verifies the chain
     assert [line["go"] for line in lines] == [1, 2]
@@ -179,8 +184,7 @@ def test_proctor_prereg_go_shows_the_budget_and_records_the_go(tmp_path: Path) -
     folder = paid_prereg(tmp_path)
     got = run_proctor("prereg", "go", str(folder), "--stage", "A", "--by", "Ada", "--note", "read the budget")
     assert got.code == 0, got.stderr
-    assert got.out["budget"] == {"stage": "A", "caps_usd": {"a": 1.0, "b": 2.0}, "ceiling_usd": 3.2,
-                                  "spend_before_usd": 0.0}
+    assert got.out["budget"] == BUDGET
     assert got.out["go"]["go"] == 1 and got.out["go"]["by"] == "Ada"
     refused = run_proctor("prereg", "go", str(folder), "--stage", "nope", "--by", "Ada")
     assert refused.code != 0 and refused.out["refusal"] == Code.UNKNOWN_STAGE
