@@ -25,19 +25,13 @@ from harness.errors import Refusal
 from harness.prereg.freeze import amend
 from harness.prereg.frozen import check_frozen
 from harness.run.runner import run_stage
-from tests.support.design import toml_dumps
+from tests.support.design import write_design
 from tests.support.paths import REPO
 from tests.support.study import Sim, prereg, runner_env, system, urls
 
 
 def _design(p: Path) -> dict[str, Any]:
     return tomllib.loads((p / "design.toml").read_text())
-
-
-def _write_design(p: Path, design: dict[str, Any]) -> None:
-    (p / "design.toml").write_text(toml_dumps(design))
-    (p / "systems.json").write_text(json.dumps({"study": design["study"]["id"], "systems": [
-        {k: s[k] for k in ("slot", "provider", "model", "setting")} for s in design["systems"]]}))
 
 
 def _ran(sim: Sim, tmp_path: Path) -> tuple[Path, Path, str, str]:
@@ -55,7 +49,7 @@ def test_text_and_later_stage_amendments_keep_a_completed_stage(sim: Sim, tmp_pa
     amend(p, "clarify the text after stage A")
     design = _design(p)
     design["stages"].append({"id": "B", "systems": ["good"], "arms": ["direct"], "items": 2, "repeats": 1})
-    _write_design(p, design)
+    write_design(p, design)
     amend(p, "add a later stage B")
     frozen = check_frozen(p)
     # the report: ok (before the change: plan_changed and anchor problems)
@@ -92,7 +86,7 @@ def test_an_amendment_changing_a_system_of_a_completed_stage_is_refused_naming_i
     folder = results / "rt" / "A"
     design = _design(p)
     design["systems"][1].update(model="sim-flash", pricing_key="sim-flash")
-    _write_design(p, design)
+    write_design(p, design)
     amend(p, "swap the weak system's model")
     with pytest.raises(Refusal) as caught:
         run_stage(p, "A", results, base_urls=urls(url))

@@ -37,7 +37,7 @@ from harness.providers.local_model import (
     stop,
 )
 from tests.support.cli import run_proctor
-from tests.support.design import manifest, toml_dumps
+from tests.support.design import write_design
 from tests.support.paths import REPO
 from tests.support.study import HUMANEVAL, PACKET_SHA
 
@@ -208,9 +208,7 @@ def _small_prereg(root: Path) -> Path:
     }
     folder = root / "prereg" / "lg-test"
     folder.mkdir(parents=True)
-    (folder / "design.toml").write_text(toml_dumps(design))
-    (folder / "PREREG.md").write_text("# local model test\n\nTwo items, greedy, both key caches.\n")
-    (folder / "systems.json").write_text(json.dumps(manifest(design)))
+    write_design(folder, design, "# local model test\n\nTwo items, greedy, both key caches.\n")
     shutil.copy(PREREG_SRC / "catalog.toml", folder / "catalog.toml")
     shutil.copy(PREREG_SRC / "pricing.yaml", folder / "pricing.yaml")
     from harness.prereg.freeze import freeze

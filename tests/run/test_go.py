@@ -21,7 +21,7 @@ from harness.prereg.frozen import check_frozen
 from harness.prereg.go import give_go, go_seed
 from harness.run.runner import run_stage
 from tests.support.cli import run_proctor
-from tests.support.design import manifest, toml_dumps
+from tests.support.design import write_design
 from tests.support.paths import HUMANEVAL
 from tests.support.provider_server import ProviderServer
 from tests.support.study import PACKET_SHA, Sim, prereg, system, urls
@@ -88,9 +88,7 @@ def paid_prereg(root: Path) -> Path:
     }
     folder = root / "prereg" / "paid"
     folder.mkdir(parents=True)
-    (folder / "design.toml").write_text(toml_dumps(design))
-    (folder / "PREREG.md").write_text("# a paid study\n\nRegistered before running.\n")
-    (folder / "systems.json").write_text(json.dumps(manifest(design)))
+    write_design(folder, design, "# a paid study\n\nRegistered before running.\n")
     (folder / "catalog.toml").write_text(CATALOG)
     (folder / "pricing.yaml").write_text(PRICING)
     freeze(folder)

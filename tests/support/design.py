@@ -96,6 +96,14 @@ def manifest(design: dict[str, Any]) -> dict[str, Any]:
             "systems": [{k: s[k] for k in ("slot", "provider", "model", "setting")} for s in design["systems"]]}
 
 
+def write_design(folder: Path, design: dict[str, Any], prereg_text: str | None = None) -> None:
+    """A preregistration folder's design.toml and systems.json from `design` (and PREREG.md when given)."""
+    (folder / "design.toml").write_text(toml_dumps(design))
+    (folder / "systems.json").write_text(json.dumps(manifest(design)))
+    if prereg_text is not None:
+        (folder / "PREREG.md").write_text(prereg_text)
+
+
 def write_prereg(
     root: Path,
     mutate: Callable[[dict[str, Any]], None] | None = None,

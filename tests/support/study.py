@@ -22,7 +22,7 @@ import pytest
 from harness.evidence.chain_read import read_log
 from harness.prereg.freeze import freeze
 from harness.run.layout import log_seed
-from tests.support.design import manifest, toml_dumps
+from tests.support.design import write_design
 from tests.support.paths import HUMANEVAL, REPO
 
 ANSWERS = HUMANEVAL / "private" / "sim_answers.jsonl"
@@ -103,9 +103,7 @@ def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float
         design["run"]["anchor_remote"] = anchor_remote
     folder = root / "prereg" / "rt"
     folder.mkdir(parents=True)
-    (folder / "design.toml").write_text(toml_dumps(design))
-    (folder / "PREREG.md").write_text("# runner test\n\nRegistered before running.\n")
-    (folder / "systems.json").write_text(json.dumps(manifest(design)))
+    write_design(folder, design, "# runner test\n\nRegistered before running.\n")
     freeze(folder)
     return folder
 
