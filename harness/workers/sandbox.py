@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.errors import Code, WorkerRefusal
+from harness.workers.limits import Limits, limits_record
 
 __all__ = [
     "BWRAP_ENV",
@@ -91,6 +92,8 @@ class Wrapped:
 
     argv: list[str]
     record: dict[str, Any]
+    limits: Limits | None = None
+    """The limits `run_group` applies (pids, memory, file size); None: only the sized /tmp."""
 
     @property
     def sandboxed(self) -> bool:
@@ -118,25 +121,39 @@ class Sandbox:
             "guarantee": guarantee_of([self.kind]),
         }
 
-    def wrap(self, argv: Sequence[str], view: View, env: Mapping[str, str]) -> Wrapped:
+    def wrap(
+        self, argv: Sequence[str], view: View, env: Mapping[str, str], limits: Limits | None = None
+    ) -> Wrapped:
         """`argv` confined to `view` (unchanged for kind none), with its record.
 
         `env` is the environment the command will get; only its names are recorded.
+        `limits` (pids, memory, file size) are applied by `run_group`; the sandbox's
+        /tmp is sized to `limits.tmp_bytes` (the default when None). The record's
+        `limits` says what bound each (docs/sandbox.md, "Resource limits").
         """
+        tmp_bytes = (limits or Limits()).tmp_bytes
         if self.kind == "none":
-            return Wrapped(list(argv), {
+            record: dict[str, Any] = {
                 **self.to_json(), "options": [], "env": sorted(env),
                 "why": "--sandbox none: the command ran as the proctor's user, with its network and files",
-            })  # fmt: skip
+            }  # fmt: skip
+            if limits is not None:
+                record["limits"] = limits_record(limits, tmp_by=None)
+            return Wrapped(list(argv), record, limits)
         assert self.binary is not None
-        options = [*self.namespaces, *_base_options()]
+        options = [*self.namespaces, *_base_options(tmp_bytes)]
         options += _view_options(view)
         options += ["--remount-ro", "/", "--chdir", view.cwd]
         record = {
             **self.to_json(), "options": list(options), "env": sorted(env),
             "withheld": sorted(view.withheld), "notes": list(self.notes),
         }  # fmt: skip
-        return Wrapped([self.binary, *options, "--", *argv], record)
+        tmp_by = "bwrap --size --tmpfs /tmp"
+        record["limits"] = (
+            limits_record(limits, tmp_by=tmp_by) if limits is not None
+            else {"tmp_bytes": tmp_bytes, "by": {"tmp_bytes": tmp_by}}
+        )
+        return Wrapped([self.binary, *options, "--", *argv], record, limits)
 
 
 def _covered(path: str, roots: Iterable[str]) -> bool:
@@ -175,15 +192,16 @@ def _system_options() -> tuple[str, ...]:
     return tuple(options)
 
 
-@functools.lru_cache(maxsize=1)
-def _base_options() -> tuple[str, ...]:
+@functools.lru_cache(maxsize=4)
+def _base_options(tmp_bytes: int = Limits.tmp_bytes) -> tuple[str, ...]:
     """Every sandbox's base, in mount order: the system, /proc, /dev, a private /tmp, then Python.
 
     Python and `harness` are bound after the tmpfs on /tmp, so a checkout or a venv that
     lies under /tmp stays visible (bwrap applies its options in order).
     """
     python = [word for path in _python_roots() for word in ("--ro-bind", path, path)]
-    return (*_system_options(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *python)
+    tmp = ("--size", str(tmp_bytes), "--tmpfs", "/tmp")  # a sized tmpfs: RAM, bounded
+    return (*_system_options(), "--proc", "/proc", "--dev", "/dev", *tmp, *python)
 
 
 def _expose(path: str, withheld: Sequence[str], options: list[str]) -> None:
