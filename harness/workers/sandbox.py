@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,8 +54,20 @@ _ETC_SECRETS: Final = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
     "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
 )  # fmt: skip
-_ENV_KEPT: Final = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ")
-"""Variables of the caller's environment a sandboxed command keeps (with every LC_*)."""
+_LOCALE: Final = r"(?:C|POSIX|[A-Za-z]{2,3}(?:_[A-Za-z]{2,3})?)(?:\.[A-Za-z0-9-]{1,20})?(?:@[A-Za-z0-9]{1,20})?"
+_ENV_KEPT: Final[dict[str, re.Pattern[str]]] = {
+    "PATH": re.compile(r"[^\0]*"),
+    "TERM": re.compile(r"[A-Za-z0-9._+-]{1,64}"),
+    "TZ": re.compile(r":?[A-Za-z0-9/_+.:-]{1,64}"),
+    "LANGUAGE": re.compile(rf"{_LOCALE}(?::{_LOCALE}){{0,15}}"),
+    **{name: re.compile(_LOCALE) for name in (
+        "LANG", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY", "LC_MESSAGES",
+        "LC_PAPER", "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE", "LC_MEASUREMENT", "LC_IDENTIFICATION",
+    )},
+}  # fmt: skip
+"""The variables of the caller's environment a sandboxed command keeps, each only when its value
+has the form (a locale name such as C.UTF-8 or en_US.UTF-8@euro): an allow-list, so a secret kept
+in an LC_* variable reaches neither a worker nor a verifier (docs/sandbox.md)."""
 _PROBE_TIMEOUT_S: Final = 30.0
 
 
@@ -272,12 +285,12 @@ def named_paths(argv: Sequence[str], program: str | None = None) -> tuple[str, .
 
 
 def sandbox_env(environ: Mapping[str, str], given: Mapping[str, str], *, sandboxed: bool) -> dict[str, str]:
-    """The environment of a command: for bwrap, the locale, PATH, TERM and TZ of `environ`, HOME and
+    """The environment of a command: for bwrap, the locale, PATH, TERM and TZ of `environ` (`_ENV_KEPT`), HOME and
     TMPDIR at the private /tmp, and `given`; without a sandbox, all of `environ` but PROCTOR_*, and `given`."""
     if not sandboxed:
         env = {k: v for k, v in environ.items() if not k.startswith("PROCTOR_")}
     else:
-        env = {k: v for k, v in environ.items() if k in _ENV_KEPT or k.startswith("LC_")}
+        env = {k: v for k, v in environ.items() if k in _ENV_KEPT and _ENV_KEPT[k].fullmatch(v)}
         env.update(HOME="/tmp", TMPDIR="/tmp")
         env.setdefault("PATH", os.defpath)
     env.update(given)
