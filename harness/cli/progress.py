@@ -87,13 +87,14 @@ class ProgressDisplay:
 
     def close(self) -> None:
         """The final redraw: the last progress on screen, or every line of it in the log."""
-        with self.lock:
-            if self.closed or self.latest is None:
-                self.closed = True
-                return
-            if self.latest is not self.shown or not self.tty:
+        if not self.lock.acquire(timeout=1.0):  # another thread stuck mid-write: the exit goes on without it
+            return
+        try:
+            if not self.closed and self.latest is not None and (self.latest is not self.shown or not self.tty):
                 self._draw(full=True)
             self.closed = True
+        finally:
+            self.lock.release()
 
     def _width(self) -> int:
         try:
