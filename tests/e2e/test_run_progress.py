@@ -3,7 +3,8 @@
 Under a pty (python's `pty` module, a 120x40 window) the display redraws its block in
 place (carriage return, cursor up) and the final screen shows the total and each
 system exactly once. On a pipe it writes plain lines only, far fewer than the attempts
-made (it used to write one line per admission, attempt and final). --json is silent on stderr.
+made (it used to write one line per admission, attempt and final). --json is silent on stderr;
+a second signal's exit draws the last progress before its stop line.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import fcntl
 import json
 import os
 import pty
+import signal
 import struct
 import subprocess
 import termios
+import time
 from pathlib import Path
 
 from tests.support.paths import REPO
@@ -96,3 +99,25 @@ def test_with_json_stderr_has_no_progress_and_stdout_one_object(tmp_path: Path, 
     assert done.stderr == ""
     summary = json.loads(done.stdout)
     assert [s["items"] for s in summary["progress"]["systems"]] == [ITEMS, ITEMS]
+
+
+def test_a_second_signal_draws_the_last_progress_before_its_stop_line(tmp_path: Path, sim: Sim) -> None:
+    url = sim([system("sim-flash", 1.0, latency=1.5), system("sim-glm", 0.0, latency=1.5)], latency_scale=1.0)
+    p = prereg(tmp_path, items=8)
+    folder = tmp_path / "results" / "rt" / "A"
+    argv = [w for w in run_argv(p, tmp_path / "results") if w != "--json"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=runner_env(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not (folder / "attempts.jsonl").exists():  # one attempt saved; the next ones are in flight
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    lines = err.splitlines()
+    assert "stopped at once by a second signal" in lines[-1], lines
+    assert [line.split()[1] for line in lines[-4:-1]] == ["good", "bad", "total"], lines
+    assert len(lines) <= 3 + 2 * 2 + 3 + 1, lines
