@@ -177,7 +177,7 @@ def savings_figure(breakeven: pl.DataFrame) -> Figure:
             color, style = _COLORS[k % len(_COLORS)], _STYLES[(k // len(_COLORS)) % len(_STYLES)]
             star, q = float(row["break_even_q"]), float(row["q"])
             name = (f"{row['stage']}: {row['cheap']} -> {row['strong']} ({row['arm']}): "
-                    f"q = {q:.3f}, break-even q* = {star:.3f}")
+                    f"q={q:.3f}, q*={star:.3f}")
             ax.plot([0.0, 1.0], [-star, 1.0 - star], color=color, linestyle=style, linewidth=1.2, label=name)
             if 0.0 <= star <= 1.0:
                 ax.axvline(star, color=color, linestyle=":", linewidth=0.9)
