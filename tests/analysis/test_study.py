@@ -185,8 +185,8 @@ def test_write_tables_is_byte_identical_and_reads_back(run: tuple[Path, Path], t
     p, results = run
     first = write_tables(analyze_study(results / "rt", prereg=p), tmp_path / "one")
     again = write_tables(analyze_study(results / "rt", prereg=p), tmp_path / "two")
-    assert list(first) == ["validation", "amendments", "q", "comparisons", "breakeven", "sensitivity", "power",
-                           "provenance"]
+    assert list(first) == ["hypotheses", "validation", "amendments", "left_out", "q", "comparisons", "breakeven",
+                           "sensitivity", "power", "provenance"]
     analysis = analyze_study(results / "rt", prereg=p)
     for name, path in first.items():
         data = Path(path).read_bytes()
