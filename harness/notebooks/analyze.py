@@ -392,8 +392,9 @@ class Difference:
 
 @dataclass(frozen=True)
 class AnalysisCheck:
-    """`proctor analyze --check`: the analysis re-executed into a temporary folder, every anchored table,
-    figure and the HTML compared byte for byte with the files and their anchored sha256.
+    """`proctor analyze --check`: the analysis re-executed into a temporary folder, every anchored table
+    and figure compared byte for byte with the files and their anchored sha256 (the HTML shows paths
+    relative to the root it was made from, and the audit checks its sha256).
 
     Attributes:
         study: the study id.
@@ -434,11 +435,10 @@ def _analysis_anchor(stage_folder: str, study: str, stage: str, out: str) -> tup
     return found
 
 
-def _mirror(path: str, base: str, into: str) -> str:
-    rel = os.path.relpath(path, base)
-    if rel.startswith(os.pardir):
-        rel = os.path.join("outside", os.path.basename(path))
-    return os.path.join(into, rel)
+def _mirror(path: str, common: str, into: str) -> str:
+    """`path` under `into` as it lies under `common` (every folder an analysis names lies under it), so that
+    relative paths between them are kept."""
+    return os.path.join(into, os.path.relpath(path, common))
 
 
 def _csv_rows(data: bytes) -> list[bytes]:
@@ -496,29 +496,31 @@ def check_analysis(
                 differences.append(Difference(name, "the stages anchor different sha256 for it"))
     if differences:
         return AnalysisCheck(found.study, paths.shown(paths.out), (), tuple(differences))
+    common = os.path.commonpath([base, found.folder, found.prereg, paths.out])
     with tempfile.TemporaryDirectory(prefix="proctor-check-") as into:
         for stage in found.stages:
-            copy = _mirror(stage.folder, base, into)
+            copy = _mirror(stage.folder, common, into)
             shutil.copytree(stage.folder, copy, symlinks=True)
             seed = log_seed(found.study, stage.stage, "anchors")
             keep = read_log(os.path.join(stage.folder, "anchors.jsonl"), seed)[:cut[stage.folder]]
             lines = read_bytes(os.path.join(stage.folder, "anchors.jsonl")).splitlines(keepends=True)
             atomic_write(os.path.join(copy, "anchors.jsonl"), b"".join(lines[:len(keep)]), mode=0o644)
-        prereg_copy = _mirror(found.prereg, base, into)
+        prereg_copy = _mirror(found.prereg, common, into)
         shutil.copytree(found.prereg, prereg_copy, symlinks=True)
-        study_copy = _mirror(found.folder, base, into)
-        again = _paths(open_study(study_copy, prereg=prereg_copy, root=into), study_copy,
-                       _mirror(paths.out, base, into), into)
+        root_copy = _mirror(base, common, into)
+        os.makedirs(root_copy, exist_ok=True)
+        study_copy = _mirror(found.folder, common, into)
+        again = _paths(open_study(study_copy, prereg=prereg_copy, root=root_copy), study_copy,
+                       _mirror(paths.out, common, into), root_copy)
         say(f"re-executing the analysis of study {found.study} in a temporary folder ...\n")
-        run = _execute(source, again, into)
+        run = _execute(source, again, root_copy)
         if run.error is not None:
             what = f"{getattr(run.error, 'ename', '')}: {getattr(run.error, 'evalue', '')}"
             return AnalysisCheck(found.study, paths.shown(paths.out), (),
                                  (Difference("analysis.ipynb", f"the re-execution stopped: {what}"),))
-        _export_html(run.path, os.path.join(again.out, "analysis.html"))
         made = {os.path.relpath(p, again.out).replace(os.sep, "/"): p
-                for p in [os.path.join(again.out, "analysis.html"), *_files(again.tables, (".csv",)),
-                          *_files(again.figures, (".png", ".svg"))]}
+                for p in [*_files(again.tables, (".csv",)), *_files(again.figures, (".png", ".svg"))]}
+        anchored = {k: v for k, v in anchored.items() if k.startswith(("tables/", "figures/"))}
         for name in sorted(set(anchored) | set(made)):
             here = os.path.join(paths.out, name)
             if name not in made:

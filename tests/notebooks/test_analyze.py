@@ -119,7 +119,7 @@ def test_analyze_writes_and_anchors_every_output_and_repeats_byte_for_byte(study
     assert "Traceback" not in text
     for shown in ("Validation of study rt", "q table: pass rate", "Paired comparisons", "Break-even of cheap-first",
                   "Sensitivity to a noisy gate", "Power at the registered", "Provenance", "Outputs written",
-                  f"figure: {out / 'figures' / 'forest.png'}"):
+                  "figure: figures/forest.png, figures/forest.svg"):  # relative: no machine path (issue 13)
         assert shown in text, shown
     html = (out / "analysis.html").read_text()
     assert html.count('src="data:image/png;base64,') == 2 and "Paired comparisons" in html
@@ -243,7 +243,7 @@ def test_the_analysis_notebook_parameters() -> None:
 
     found = papermill.inspect_notebook(str(REPO / "notebooks" / "analysis.ipynb"))
     assert {name: info["default"] for name, info in found.items()} == {
-        "results": '"results/demo"', "out": '""', "prereg": '""'}
+        "results": '"results/demo"', "out": '""', "prereg": '""', "root": '""'}
 
 
 def test_lines_for_people_and_tables_for_the_notebook() -> None:
