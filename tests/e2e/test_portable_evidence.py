@@ -128,3 +128,22 @@ def test_evidence_written_before_it_was_portable_is_only_weaker() -> None:
     got = run_proctor("audit", "results/local-gemma")  # committed before issue 13: its paths are a weaker note
     assert got.code == 0 and got.out["ok"] is True
     assert any("name absolute paths of the machine" in w for w in got.out["guarantees"]["weaker"])
+
+
+def test_an_executed_notebook_records_its_paths_relative_to_the_kernels_folder(tmp_path: Path) -> None:
+    import nbformat
+
+    from harness.evidence.jsonio import sha256_hex
+    from harness.notebooks.stage import run_papermill
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell('x = "a"', metadata={"tags": ["parameters"]}), nbformat.v4.new_code_cell("print(x)")]
+    source = tmp_path / "work" / "nb.ipynb"
+    source.parent.mkdir()
+    nbformat.write(nb, source)
+    run = run_papermill(source, tmp_path / "work" / "out" / "nb.ipynb", {"x": "b"}, cwd=tmp_path / "work")
+    assert run.error is None and run.sha256 == sha256_hex(Path(run.path).read_bytes())
+    meta = nbformat.read(run.path, as_version=4).metadata["papermill"]
+    assert (meta["input_path"], meta["output_path"]) == ("nb.ipynb", "out/nb.ipynb")
+    assert machine_paths(tmp_path / "work" / "out") == ()

@@ -8,6 +8,7 @@ also be found by its freeze's sha256 under `<tmp_path>/prereg/`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -208,7 +209,8 @@ def test_other_refusals_keep_their_code_and_other_errors_are_analysis_failed(stu
     executed = tmp_path / "failed" / "analysis.ipynb"
     assert caught.value.code == "analysis_failed" and caught.value.path == str(executed)
     assert caught.value.details["ename"] == "ZeroDivisionError"
-    assert caught.value.details["evalue"] == f"planted in {tmp_path / 'failed'}"
+    # the notebook gets its paths relative to the root (the repository here): no absolute machine path
+    assert caught.value.details["evalue"] == f"planted in {os.path.relpath(tmp_path / 'failed', REPO)}"
     last = anchors(results / "rt" / "A")[-1]  # the failed copy is anchored
     assert last["manifests"] == {"notebook:../../../failed/analysis.ipynb": sha256_hex(executed.read_bytes())}
 
