@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from harness.cli.output import Outcome, print_json
+from harness.cli.output import Outcome, print_json, text_table
 from harness.errors import Code, LogRefusal
 
 __all__ = [
@@ -89,9 +89,14 @@ def report(args: argparse.Namespace) -> Outcome:
     summary["amendments"] = [f"{a['amendment']} ({a['at']}): {a['reason']}" for a in report.summary["amendments"]]
     summary["gos"] = [f"{g['go']} ({g['at']}) by {g['by']} under FROZEN.json {g['frozen_sha256'][:12]}"
                       + (f": {g['note']}" if g["note"] else "") for g in report.summary["gos"]]
-    shown = ("system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
-             "cost_per_pass_usd", "latency_median_s")
-    return Outcome.of({**summary, "q_table": [{k: row[k] for k in shown} for row in rows]})
+    summary["exhausted_cells"] = {s: f"{len(ids)} cell(s), never scored (run ids in --json)"
+                                  for s, ids in report.summary["exhausted_cells"].items()}
+    shown = ["system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+             "cost_per_pass_usd", "latency_median_s"]
+    places = {"pass_rate": 3, "wilson_low": 3, "wilson_high": 3, "cost_usd": 4, "cost_per_pass_usd": 4,
+              "latency_median_s": 2}
+    table = text_table(rows, shown, places) if rows else "(no scored cells)"
+    return Outcome.of({**summary, "q_table": table + "\n(money in USD, rounded: full precision in --json)"})
 
 
 def analyze(args: argparse.Namespace) -> Outcome:
