@@ -2,7 +2,8 @@
 
 `machine_paths` scans a folder (a study's results) for the absolute paths of this machine:
 the folder's own location, the repository, the Python prefixes, the home and temporary
-folders, and any path under /home/, /root/, /Users/ or /tmp/. The audit names each file
+folders, any path under a user's folder (`USER_PREFIXES`), and any absolute path through
+one of the project's folders (`PROJECT_FOLDERS`, or the scanned folder's name). The audit names each file
 holding one (`absolute_path`). The manual: docs/evidence.md (portable evidence).
 """
 
@@ -20,6 +21,10 @@ __all__ = ["PathLeak", "machine_names", "machine_paths", "machine_roots", "porta
 
 USER_PREFIXES: Final = ("/home/", "/root/", "/Users/", "/tmp/", "/var/folders/", "/private/var/")
 """Folders whose paths name a user or a run on one machine, wherever the check runs."""
+ROLES: Final = ("<repo>", "<python>", "<python-base>", "<home>", "<tmp>", "<clone>", "<snapshot>")
+"""The names a record gives this machine's folders instead of their paths (`portable_value`)."""
+PROJECT_FOLDERS: Final = ("results", "prereg", "notebooks", "harness", ".venv", "site-packages")
+"""Folders whose absolute path names a checkout (of this machine or another): `/x/y/results/...`."""
 _MAX_SCAN_BYTES: Final = 64 * 1024 * 1024
 _PATH_CHARS: Final = r"[\w.+@%~-]"
 
@@ -59,10 +64,14 @@ def machine_roots(folder: str | os.PathLike[str] | None = None, extra: Iterable[
     return tuple(sorted(found, key=lambda p: (-len(p), p)))
 
 
-def _pattern(roots: Sequence[str]) -> re.Pattern[str]:
+def _pattern(roots: Sequence[str], names: Sequence[str]) -> re.Pattern[str]:
     heads = [re.escape(r) + rf"(?!{_PATH_CHARS})" for r in roots]
     heads += [re.escape(p) + _PATH_CHARS for p in USER_PREFIXES]
-    return re.compile(rf"(?<![\w.:/-])(?:{'|'.join(heads)})[^\s\"'<>,;|)\]\\]*")
+    # a checkout elsewhere: an absolute path through one of the project's folders
+    folders = "|".join(re.escape(n) for n in sorted({*PROJECT_FOLDERS, *names}))
+    heads.append(rf"/(?:{_PATH_CHARS}+/)*(?:{folders})(?!{_PATH_CHARS})")
+    roles = "".join(f"(?<!{re.escape(r)})" for r in ROLES)  # `<repo>/harness`: a folder named by its role
+    return re.compile(rf"(?<![\w.:/-]){roles}(?:{'|'.join(heads)})[^\s\"'<>,;|)\]\\]*")
 
 
 def machine_paths(folder: str | os.PathLike[str], *, extra: Iterable[str] = (),
@@ -70,7 +79,7 @@ def machine_paths(folder: str | os.PathLike[str], *, extra: Iterable[str] = (),
     """Every file under `folder` (not following links) holding an absolute machine path (`machine_roots`);
     `skip`: file or folder names relative to `folder` left out. Binary files (PNG) are read too."""
     base = os.path.abspath(os.fspath(folder))
-    pattern = _pattern(machine_roots(base, extra))
+    pattern = _pattern(machine_roots(base, extra), [os.path.basename(base)] if os.path.basename(base) else [])
     skipped = {s.strip("/") for s in skip}
     leaks = []
     for top, dirs, files in os.walk(base):

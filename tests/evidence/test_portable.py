@@ -16,11 +16,14 @@ def test_the_scan_names_each_file_holding_a_machine_path_and_nothing_else(tmp_pa
     (folder / "A" / "receipt.json").write_text('{"binary":"/usr/bin/bwrap","options":["--tmpfs","/tmp","--chdir",'
                                                '"/tmp","--ro-bind","/root/.pyenv/versions/3.11.7"]}')
     (folder / "A" / "wire.jsonl").write_text('{"url":"http://127.0.0.1:8080/v1/chat","path":"results/study/A"}\n')
-    (folder / "analysis.html").write_text(f"<td>{REPO}/prereg/demo</td><td>{sys.prefix}</td>")
+    (folder / "analysis.html").write_text(f"<td>{REPO}/prereg/demo</td><td>{sys.prefix}</td><td>results/study</td>")
+    (folder / "A" / "run_study.ipynb").write_text('"preregistration /srv/other/checkout/prereg/x", "<repo>/harness"')
     (folder / "skipped").mkdir()
     (folder / "skipped" / "x.txt").write_text(str(folder))
     leaks = {leak.file: leak for leak in machine_paths(folder, skip=["skipped"])}
-    assert sorted(leaks) == ["A/host.jsonl", "A/receipt.json", "analysis.html"]
+    assert sorted(leaks) == ["A/host.jsonl", "A/receipt.json", "A/run_study.ipynb", "analysis.html"]
+    assert leaks["A/run_study.ipynb"].path == "/srv/other/checkout/prereg/x"  # a checkout elsewhere
+    assert leaks["A/run_study.ipynb"].count == 1  # a folder named by its role is no machine path
     assert (leaks["A/host.jsonl"].line, leaks["A/host.jsonl"].path) == (2, str(folder / "A"))
     assert leaks["A/receipt.json"].path == "/root/.pyenv/versions/3.11.7"  # a user folder, on any machine
     assert leaks["analysis.html"].count == 2 and leaks["analysis.html"].path == f"{REPO}/prereg/demo"
