@@ -35,8 +35,8 @@ __all__ = [
 def run(args: argparse.Namespace) -> Outcome:
     """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
     after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
+    from harness.cli.progress import ProgressDisplay
     from harness.run.runner import run_stage
-    from harness.run.summary import RunProgress
 
     if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
         from harness.workers.sandbox import SANDBOX_ENV, resolve_sandbox
@@ -44,13 +44,11 @@ def run(args: argparse.Namespace) -> Outcome:
         resolve_sandbox(args.sandbox)
         os.environ[SANDBOX_ENV] = args.sandbox
 
-    def show(p: RunProgress) -> None:
-        parts = [f"{s.system}: {s.items_admitted} admitted, {s.attempts} attempts, {s.standing}/{s.cells} stand, "
-                 f"${s.spend_usd:.6f}/${s.cap_usd:g} ({s.state})" for s in p.systems]
-        sys.stderr.write(f"[{p.stage}] total ${p.total_usd:.6f} / ceiling ${p.ceiling_usd:g}"
-                         f"{' CROSSED' if p.crossed else ''} | " + " | ".join(parts) + "\n")
+    show = None if args.json else ProgressDisplay(sys.stderr)
 
     def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
+        if show is not None:
+            show.close()
         if args.json:
             print_json(record)
         else:
@@ -66,10 +64,14 @@ def run(args: argparse.Namespace) -> Outcome:
         from harness.run.preflight import require_ready
 
         require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls))
-    summary = run_stage(
-        args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-        preflight=args.preflight, base_urls=base_urls, progress=None if args.json else show, on_exit=exit_now,
-    )
+    try:
+        summary = run_stage(
+            args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
+            preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
+        )
+    finally:  # always a final redraw, before the summary (or a refusal) is printed
+        if show is not None:
+            show.close()
     result = summary.to_json()
     if not args.json and not args.dry_run:
         result.pop("cells")
