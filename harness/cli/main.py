@@ -121,6 +121,9 @@ def _parser() -> _Parser:
     p.add_argument("results", metavar="RESULTS", help="RESULTS, RESULTS/<study> or one stage folder")
     p.add_argument("--prereg", help="the preregistration (default: found under prereg/ by the freeze's sha256)")
     p.add_argument("--out", help="the analysis folder (default: RESULTS/<study>/analysis)")
+    p.add_argument("--check", action="store_true",
+                   help="re-execute the analysis into a temporary folder and compare every anchored table and figure "
+                   "byte for byte, writing nothing; exit 1 naming each difference")
     p = add("batch", study.batch, "Run parameterised notebooks in order with papermill, stopping at the first failure "
             "(exit 1); FILE is JSON: {\"jobs\": [{\"notebook\", \"out\", \"parameters\", \"cwd\"}]}.")
     p.add_argument("file", metavar="FILE", help="the batch file (relative paths in it are taken from its folder)")

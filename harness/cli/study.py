@@ -109,6 +109,11 @@ def analyze(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(line)
         sys.stderr.flush()
 
+    if args.check:
+        from harness.notebooks.analyze import check_analysis
+
+        checked = check_analysis(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+        return Outcome.of(checked.to_json())
     got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
     if args.json:
         return Outcome.of(got)

@@ -15,9 +15,11 @@ from typing import Any, Final
 from harness.errors import AuditRefusal, Code, Refusal, as_code
 from harness.evidence.chain_read import read_log
 from harness.evidence.clock import Clock
+from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.evidence.paths import repo_root, resolve
+from harness.evidence.portable import shown_path
 from harness.notebooks.display import Table, progress_table
 from harness.run.anchors import OUTPUT_REASONS, output_manifest_name
 from harness.run.layout import LOGS, log_seed, stage_folder
@@ -332,8 +334,25 @@ def run_papermill(
                                    progress_bar=False, log_output=False, cwd=os.fspath(cwd))
     except PapermillExecutionError as exc:
         failure = exc
+    _relative_metadata(out, cwd)
     digest = sha256_hex(read_bytes(out, max_bytes=_MAX_NOTEBOOK_BYTES))
     return PapermillRun(out, digest, plain, failure)
+
+
+def _relative_metadata(out: str, cwd: str | os.PathLike[str]) -> None:
+    """papermill records the notebook's input and output paths: keep them relative to the kernel's
+    folder (`shown_path`), so that the executed copy names no folder of this machine."""
+    import nbformat
+
+    nb = nbformat.read(out, as_version=nbformat.NO_CONVERT)  # type: ignore[no-untyped-call]
+    meta = nb.get("metadata", {}).get("papermill", {})
+    changed = False
+    for key in ("input_path", "output_path"):
+        if isinstance(meta.get(key), str) and os.path.isabs(meta[key]):
+            meta[key] = shown_path(meta[key], cwd)
+            changed = True
+    if changed:
+        atomic_write(out, nbformat.writes(nb).encode("utf-8"), mode=0o644)  # type: ignore[no-untyped-call]
 
 
 def _anchor_for(

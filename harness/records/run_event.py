@@ -24,6 +24,7 @@ from harness.records._shape import (
     optional_keys,
     shape_of,
 )
+from harness.records.provenance import Provenance
 
 __all__ = ["EVENT_FIELDS", "EVENT_TYPES", "OPTIONAL_FIELDS", "RUN_EVENTS", "RUN_EVENT_KIND", "STOP_CAUSES", "RunEvent"]
 
@@ -53,6 +54,8 @@ class StartEvent:
     # the run rules, for an oracle without the freeze (absent from logs written before they were recorded)
     reruns: int = 0
     transport_retries: int = 0
+    # the harness version and git commit it ran from (absent from logs written before it was recorded)
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
 from harness.prereg.go import go_problem
 from harness.providers.transport import Transport
+from harness.records.provenance import current_provenance
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
 from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
@@ -166,6 +167,7 @@ def run_stage(
                          plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
                          spend_before_usd=d.budgets.spend_before_usd, reruns=d.run.reruns,
                          transport_retries=d.run.transport_retries,
+                         provenance=current_provenance().to_json(),
                          systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
                                   for s in setup.systems])
             if resume_paused:

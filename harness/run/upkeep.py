@@ -82,6 +82,7 @@ class Upkeep(Lanes):
         """Commit and push one snapshot in the background; the outcome goes to the run log."""
         design = self.s.design
         target = f"{self.study}/{self.stage}"
+        registered = remote
         if not os.path.isabs(remote) and "://" not in remote:
             remote = os.path.normpath(os.path.join(os.path.dirname(design.path), remote))
         try:
@@ -90,6 +91,12 @@ class Upkeep(Lanes):
             )
         finally:
             shutil.rmtree(snapshot, ignore_errors=True)
+        # the run log names the remote as registered (relative to the preregistration), never this machine's folders
+        named = {remote: registered, clone: "<clone>", snapshot: "<snapshot>", self.s.folder: "."}
+        for key in ("remote", "error"):
+            if isinstance(outcome.get(key), str):
+                for path, name in sorted(named.items(), key=lambda kv: -len(kv[0])):
+                    outcome[key] = outcome[key].replace(path, name)
         self.event("anchor_push", reason=reason, **outcome)
 
     def join_pushes(self) -> None:
