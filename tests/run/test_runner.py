@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from harness.audit.oracle import run_problems
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
@@ -364,3 +365,30 @@ def test_the_simulator_stopped_during_a_run_costs_only_what_was_sent(tmp_path: P
     assert run_problems(folder, prereg_dir=folder_p) == []
     report = build_report(folder, prereg_dir=folder_p)
     assert report.summary["exhausted"] == 0 and report.summary["passed"] == 6 and report.summary["standing"] == 12
+
+
+def test_admission_holds_a_reserve_per_attempt_so_reruns_and_retries_keep_to_the_cap(
+    tmp_path: Path, sim: Sim,
+) -> None:
+    # issue 13 item 3: with most requests failing, an item costs up to (reruns+1) x (retries+1) = 6
+    # attempts; admission per item let the cap be overshot by the reruns and retries of the items under
+    # way. Per attempt, every attempt (retries and reruns too) is admitted against the cap with the
+    # reserve held for each attempt under way, so spend stays within cap + the reserves in flight.
+    url = sim([system("sim-flash", 1.0, server_error=0.8), system("sim-glm", 0.0)])
+    reserve, cap = 0.0002, 0.001
+    summary = run_stage(prereg(tmp_path, caps=(cap, 1.0), reserve=reserve, retries=1, items=12), "A",
+                        tmp_path / "results", base_urls=urls(url))
+    folder = Path(summary.folder)
+    got = logs(folder)
+    good = [a for a in got["attempts"] if a["run_id"] in _run_ids(folder, "good")]
+    assert good and max(a["rerun"] for a in good) >= 1 and max(a["attempt"] for a in good) == 2, good
+    spent = summary.progress.systems[0]
+    assert spent.system == "good" and any(a["decision"] == "refuse" for a in got["admission"] if a["system"] == "good")
+    in_flight = 2 * reserve  # one attempt per lane
+    assert spent.spend_usd <= cap + in_flight, (spent.spend_usd, cap)
+    # every attempt (first, rerun, retry) was admitted by name, with its intent before it was sent
+    admitted = {(a["run_id"], a["rerun"], a["attempt"]) for a in got["admission"] if a["decision"] == "admit"}
+    intents = {(e["run_id"], e["rerun"], e["attempt"]) for e in got["run"] if e["event"] == "intent"}
+    keys = {(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]}
+    assert keys == admitted == intents
+    assert run_problems(folder, prereg_dir=tmp_path / "prereg" / "rt") == []
