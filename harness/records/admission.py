@@ -83,5 +83,5 @@ ADMISSION_OPTIONAL: Final[Shape] = {k: f for k, f in shape_of(Admission).items()
 
 
 def admission_shape(obj: Mapping[str, Any]) -> Shape:
-    """The shape `obj` must have: every always-carried field, and the optional ones it carries."""
-    return {**ADMISSION_FIELDS, **{k: f for k, f in ADMISSION_OPTIONAL.items() if k in obj}}
+    """The shape `obj` must have: every always-carried field, and the attempt's three when it names any."""
+    return {**ADMISSION_FIELDS, **(ADMISSION_OPTIONAL if any(k in obj for k in ADMISSION_OPTIONAL) else {})}

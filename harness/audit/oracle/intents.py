@@ -52,7 +52,7 @@ class IntentRules(CheckBase):
         for key, (line, rec) in sorted(records.items(), key=lambda kv: kv[1][0]):
             if rec.get("error_code") == "runner_lost":
                 intent = intents.get(key)
-                if intent is None or not close(float(intent[1]["at"]), float(rec["started"])):
+                if intent is None or float(intent[1]["at"]) != float(rec["started"]):
                     self.p("attempts.jsonl", line, "intent", f"a runner_lost attempt {key} that resolves no intent "
                            "(started at the intent's time)")
             elif self.invocation_of(float(rec["started"])) in per_attempt and key not in intents:
