@@ -392,3 +392,42 @@ def test_admission_holds_a_reserve_per_attempt_so_reruns_and_retries_keep_to_the
     keys = {(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]}
     assert keys == admitted == intents
     assert run_problems(folder, prereg_dir=tmp_path / "prereg" / "rt") == []
+
+
+def _keep_lines(path: Path, n: int) -> None:
+    """Cut a chained log back to its first n lines (a prefix: the chain stays intact)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:n]))
+
+
+def test_an_intent_a_crash_left_is_resolved_on_resume_at_its_true_cost_from_the_wire(
+    tmp_path: Path, sim: Sim,
+) -> None:
+    # issue 13 item 2: the files a kill -9 leaves between appending the exchange to wire.jsonl and its
+    # attempt record (the last attempt's record, run-log lines, final and anchors cut off; its intent and
+    # its wire line kept). The resume resolves the intent as a runner_lost attempt costing the wire's
+    # exchange, and retries the cell as a transport failure.
+    url = sim([system("sim-flash", 1.0, latency=0.05), system("sim-glm", 0.0, latency=0.6)], latency_scale=1.0)
+    p = prereg(tmp_path, items=1)
+    first = run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    folder = Path(first.folder)
+    got = logs(folder)
+    last = got["attempts"][-1]
+    assert last["run_id"] in _run_ids(folder, "bad") and got["finals"][-1]["run_id"] == last["run_id"]
+    intent_line = max(i for i, e in enumerate(got["run"], start=1) if e["event"] == "intent")
+    assert got["run"][intent_line - 1]["run_id"] == last["run_id"]
+    _keep_lines(folder / "run.jsonl", intent_line)
+    _keep_lines(folder / "attempts.jsonl", len(got["attempts"]) - 1)
+    _keep_lines(folder / "finals.jsonl", len(got["finals"]) - 1)
+    (folder / "anchors.jsonl").unlink()
+    wire_cost = float(last["cost_usd"])
+    again = run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    got = logs(folder)
+    lost = [a for a in got["attempts"] if a.get("error_code") == "runner_lost"]
+    assert len(lost) == 1 and lost[0]["run_id"] == last["run_id"] and lost[0]["cost_usd"] == wire_cost, lost
+    assert lost[0]["started"] == got["run"][intent_line - 1]["at"]
+    final = next(f for f in got["finals"] if f["run_id"] == last["run_id"] and f["rerun"] == 0)
+    assert (final["class"], final["action"], final["error_code"]) == ("provider", "rerun", "runner_lost")
+    assert again.complete and math.isclose(again.progress.systems[1].spend_usd,
+                                           first.progress.systems[1].spend_usd + wire_cost)
+    assert run_problems(folder, prereg_dir=p) == []
