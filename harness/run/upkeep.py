@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter
@@ -30,6 +31,9 @@ from harness.run.layout import log_seed
 from harness.run.rules import classify
 
 __all__ = ["Upkeep", "deferred_signals"]
+
+_TORN_WRITE: Final = re.compile(r"\..+\.tmp-[0-9]+")
+"""`harness.evidence.fsutil.atomic_write`'s temporary file, left behind by a kill before its rename."""
 
 
 class Upkeep(Lanes):
@@ -136,10 +140,11 @@ class Upkeep(Lanes):
             self._stop_locked(None, "interrupt", f"signal {signum}")
 
     def recover(self) -> None:
-        """Repair what a crash left between appends: attempt lines missing from run.jsonl, intents without
-        an outcome (resolved by a `runner_lost` attempt), and the pause event of a pause final (logged
-        `recovered: true`)."""
+        """Repair what a crash left between appends: an atomic write's temporary file, attempt lines missing
+        from run.jsonl, intents without an outcome (resolved by a `runner_lost` attempt), and the pause
+        event of a pause final (logged `recovered: true`)."""
         with self.lock:
+            self._remove_torn_writes()
             self._resolve_intents_locked()
             for c in self.ledger.cells.values():
                 for runs in c.attempts.values():
@@ -162,6 +167,15 @@ class Upkeep(Lanes):
                                    error_code=last.error_code, recovered=True)
                 self.paused.add(c.request.system)
 
+
+    def _remove_torn_writes(self) -> None:
+        """Remove what a kill left of an atomic write in archive/ and receipts/ (a `.NAME.tmp-PID` file that
+        was never renamed into place): never evidence, and the write is redone when its run is."""
+        for sub in ("archive", "receipts"):
+            folder = os.path.join(self.s.folder, sub)
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                if _TORN_WRITE.fullmatch(name) and os.path.isfile(os.path.join(folder, name)):
+                    os.unlink(os.path.join(folder, name))
 
     def _resolve_intents_locked(self) -> None:
         """Each intent no attempt record resolves (the runner died with its request under way) becomes a

@@ -431,3 +431,18 @@ def test_an_intent_a_crash_left_is_resolved_on_resume_at_its_true_cost_from_the_
     assert again.complete and math.isclose(again.progress.systems[1].spend_usd,
                                            first.progress.systems[1].spend_usd + wire_cost)
     assert run_problems(folder, prereg_dir=p) == []
+
+
+def test_a_resume_removes_the_temporary_file_a_kill_left_of_an_archive_write(tmp_path: Path, sim: Sim) -> None:
+    # found by the 55-kill soak (issue 13): a kill inside atomic_write leaves `.NAME.tmp-PID` in archive/,
+    # which the oracle rightly reports (`archive`); the next invocation removes it before anything else
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    p = prereg(tmp_path, items=1)
+    first = run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    folder = Path(first.folder)
+    (folder / "archive").mkdir(exist_ok=True)
+    torn = folder / "archive" / ".r-0.r0.final.jsonl.tmp-4242"
+    torn.write_bytes(b'{"kind":')
+    assert [pr.rule for pr in run_problems(folder, prereg_dir=p)] == ["archive"]
+    run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    assert not torn.exists() and run_problems(folder, prereg_dir=p) == []

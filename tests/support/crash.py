@@ -37,9 +37,11 @@ MODELS = {"good": "sim-flash", "bad": "sim-glm"}
 
 
 def crash_gap(p: Problem) -> bool:
-    """The gap a kill -9 may leave until the next invocation: an attempt line whose run-log line was
-    not yet written (the next invocation writes it, `recovered: true`)."""
-    return p.rule == "attempt_logged" and "0 run-log lines" in p.message
+    """The gaps a kill -9 may leave until the next invocation: an attempt line whose run-log line was
+    not yet written (the next invocation writes it, `recovered: true`), and an atomic write's temporary
+    file in archive/ or receipts/ (the next invocation removes it)."""
+    return ((p.rule == "attempt_logged" and "0 run-log lines" in p.message)
+            or (p.rule == "archive" and ".tmp-" in os.path.basename(p.file)))
 
 
 def proxy_cost(line: dict[str, Any], model: str) -> float:
