@@ -12,20 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
+from harness.evidence.jsonio import sha256_hex
+from harness.meter.cost import Cost, meter
+from harness.meter.wire import WireRecord, read_wire
 from harness.run import anchor_push
 from harness.run import anchors as anchors_mod
 from harness.run import host as host_mod
+from harness.run.attempts import error_attempt
 from harness.run.lanes import Lanes
 from harness.run.layout import log_seed
 from harness.run.rules import classify
 
 __all__ = ["Upkeep", "deferred_signals"]
+
+_TORN_WRITE: Final = re.compile(r"\..+\.tmp-[0-9]+")
+"""`harness.evidence.fsutil.atomic_write`'s temporary file, left behind by a kill before its rename."""
 
 
 class Upkeep(Lanes):
@@ -139,9 +147,12 @@ class Upkeep(Lanes):
             self._stop_locked(None, "interrupt", f"signal {signum}")
 
     def recover(self) -> None:
-        """Repair what a crash left between appends: attempt lines missing from run.jsonl, and the pause
+        """Repair what a crash left between appends: an atomic write's temporary file, attempt lines missing
+        from run.jsonl, intents without an outcome (resolved by a `runner_lost` attempt), and the pause
         event of a pause final (logged `recovered: true`)."""
         with self.lock:
+            self._remove_torn_writes()
+            self._resolve_intents_locked()
             for c in self.ledger.cells.values():
                 for runs in c.attempts.values():
                     for line, rec, sha in runs:
@@ -162,6 +173,63 @@ class Upkeep(Lanes):
                 self._event_locked("pause", system=c.request.system, run_id=c.request.run_id,
                                    error_code=last.error_code, recovered=True)
                 self.paused.add(c.request.system)
+
+
+    def _remove_torn_writes(self) -> None:
+        """Remove what a kill left of an atomic write in archive/ and receipts/ (a `.NAME.tmp-PID` file that
+        was never renamed into place): never evidence, and the write is redone when its run is."""
+        for sub in ("archive", "receipts"):
+            folder = os.path.join(self.s.folder, sub)
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                if _TORN_WRITE.fullmatch(name) and os.path.isfile(os.path.join(folder, name)):
+                    os.unlink(os.path.join(folder, name))
+
+    def _resolve_intents_locked(self) -> None:
+        """Each intent no attempt record resolves (the runner died with its request under way) becomes a
+        `runner_lost` attempt: class provider, retried as a transport failure (it uses up a transport
+        retry), costing its true cost when the wire log holds the exchange, else "unknown" (the reserve).
+        It counts toward its system's cap and the ceiling like any attempt."""
+        if not self.ledger.unresolved:
+            return
+        wire = self._unclaimed_wire()
+        for e in self.ledger.unresolved:
+            state = self.ledger.cells[str(e["run_id"])]
+            r = state.request
+            found = wire.get(r.request_sha256)
+            cost = Cost(None, status="usage_unknown", reason="the runner died with the request under way")
+            message = "the runner died after the intent was written, before the outcome was: resolved on resume"
+            usage = None
+            if found:
+                exchange = found.pop()
+                got = meter(exchange.usage, self.s.prices[r.system])
+                if got.total is not None:
+                    cost, usage = got, exchange.usage
+                message += " (its exchange is in the wire log)"
+            record = error_attempt(r, int(e["attempt"]), error_code="runner_lost", error_message=message,
+                                   started=float(e["at"]), ended=self.clock.now(), cost=cost, usage=usage)
+            record["rerun"] = int(e["rerun"])
+            self._append_attempt_locked(r, record, int(e["lane"]), recovered=True)
+        self.ledger.unresolved = []
+
+    def _unclaimed_wire(self) -> dict[str, list[WireRecord]]:
+        """The wire log's exchanges no attempt record or late cost accounts for, by request sha256
+        (a crash between appending the exchange and its attempt record leaves one)."""
+        path = os.path.join(self.s.folder, "wire.jsonl")
+        if not os.path.exists(path):
+            return {}
+        claimed: dict[str, int] = {}
+        for c in self.ledger.cells.values():
+            n = sum(1 for runs in c.attempts.values() for _, rec, _ in runs
+                    if rec.get("error_code") not in ("AttemptDeadline", "budget_stop", "runner_lost"))
+            claimed[c.request.request_sha256] = n
+        for e in self.ledger.run_events:
+            if e["event"] == "late_cost" and e.get("wire_line") is not None:
+                sha = self.ledger.cells[str(e["run_id"])].request.request_sha256
+                claimed[sha] = claimed.get(sha, 0) + 1
+        by_sha: dict[str, list[WireRecord]] = {}
+        for rec in read_wire(path, f"{self.study}:{self.stage}"):
+            by_sha.setdefault(sha256_hex(rec.request_body), []).append(rec)
+        return {sha: recs[claimed.get(sha, 0):] for sha, recs in by_sha.items() if len(recs) > claimed.get(sha, 0)}
 
 
 @contextlib.contextmanager
