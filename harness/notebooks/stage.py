@@ -154,20 +154,24 @@ def run_with_progress(
         with guard:
             latest[:] = [progress]
 
+    finished = threading.Event()  # not Thread.join: a KeyboardInterrupt in join can leave the thread "stopped"
+
     def target() -> None:
         try:
             outcome.append(run_stage(prereg_dir, stage, results_dir, resume_paused=resume_paused,
                                      base_urls=base_urls, progress=record, interrupts=interrupts))
         except BaseException as exc:
             outcome.append(exc)
+        finally:
+            finished.set()
 
     shown: RunProgress | None = None
     worker = threading.Thread(target=target, name="proctor-notebook-run", daemon=True)
     with _terminate_as_interrupt():
         worker.start()
-        while worker.is_alive():
+        while not finished.is_set():
             try:
-                worker.join(timeout=every_s)
+                finished.wait(timeout=every_s)
                 with guard:
                     now = latest[0] if latest else None
                 if now is not None and now is not shown:
@@ -463,8 +467,9 @@ def anchor_executed(executed: str | os.PathLike[str], *, cwd: str | os.PathLike[
 
     The notebook's own papermill metadata names its parameters (`prereg`, `stage`, `results`,
     relative paths taken from the repository root found from `cwd`, default the working
-    folder) and whether a cell raised. An interrupted copy (`INTERRUPTED_ENAMES`) is first
-    moved to `interrupted_name(executed)`, as `execute_and_anchor` does.
+    folder) and whether a cell raised. An interrupted copy (a cell error in `INTERRUPTED_ENAMES`, or
+    no error but cells papermill never completed: it kills the kernel a few seconds after an
+    interrupt) is first moved to `interrupted_name(executed)`, as `execute_and_anchor` does.
 
     Raises:
         NotebookRefusal: `notebook_not_executed` when the file is not a notebook papermill executed, names no
@@ -478,18 +483,25 @@ def anchor_executed(executed: str | os.PathLike[str], *, cwd: str | os.PathLike[
                       "papermill", path)
     defaults = meta.get("default_parameters")
     given = {**(defaults if isinstance(defaults, dict) else {}), **meta["parameters"]}
-    ename = _error_name(doc) if meta.get("exception") else None
-    here = os.getcwd() if cwd is None else os.fspath(cwd)
-    if ename in INTERRUPTED_ENAMES:
+    ename = _error_name(doc)
+    # papermill kills the kernel a few seconds after interrupting it: the copy then shows no error but cells
+    # that never completed (the run itself stopped gracefully in the kernel, its logs say so)
+    # (papermill then marks them "completed" all the same, but they have no end time)
+    cut = ename is None and any(isinstance(c, dict) and c.get("cell_type") == "code"
+                                and (c.get("metadata", {}).get("papermill") or {}).get("end_time") is None
+                                for c in doc.get("cells", []))
+    interrupted = ename in INTERRUPTED_ENAMES or cut
+    found = _stage_of(given, os.getcwd() if cwd is None else os.fspath(cwd))
+    if found is None:
+        raise Refusal(Code.NOTEBOOK_NOT_EXECUTED, f"{path}: its parameters name no stage folder that exists "
+                      f"(prereg, stage, results: {[given.get(k) for k in ('prereg', 'stage', 'results')]})", path)
+    if interrupted:
         kept = interrupted_name(path)
         os.rename(path, kept)
         path = kept
-    anchor = _anchor_for(given, path, here)
-    if anchor is None:
-        raise Refusal(Code.NOTEBOOK_NOT_EXECUTED, f"{path}: its parameters name no stage folder that exists "
-                      f"(prereg, stage, results: {[given.get(k) for k in ('prereg', 'stage', 'results')]})", path)
+    anchor = anchor_notebook(*found, path)
     return ExecutedNotebook(path, sha256_hex(read_bytes(path, max_bytes=_MAX_NOTEBOOK_BYTES)), anchor, None,
-                            ename in INTERRUPTED_ENAMES)
+                            interrupted)
 
 
 def _error_name(doc: Mapping[str, Any]) -> str | None:
@@ -522,6 +534,12 @@ def kernel_pid(manager: Any) -> int | None:
 
 
 def _anchor_for(given: Mapping[str, Any], out: str, cwd: str | os.PathLike[str]) -> dict[str, Any] | None:
+    found = _stage_of(given, cwd)
+    return None if found is None else anchor_notebook(*found, out)
+
+
+def _stage_of(given: Mapping[str, Any], cwd: str | os.PathLike[str]) -> tuple[str, str, str] | None:
+    """(stage folder, study, stage) that the parameters name, when that folder exists."""
     from harness.prereg.design import load_design
 
     if not all(isinstance(given.get(k), str) for k in ("prereg", "stage", "results")):
@@ -534,4 +552,4 @@ def _anchor_for(given: Mapping[str, Any], out: str, cwd: str | os.PathLike[str])
     folder = stage_folder(resolve(given["results"], root), study, given["stage"])
     if not os.path.isdir(folder):
         return None
-    return anchor_notebook(folder, study, given["stage"], out)
+    return folder, study, given["stage"]
