@@ -481,8 +481,7 @@ def anchor_executed(executed: str | os.PathLike[str], *, cwd: str | os.PathLike[
     if not isinstance(meta, dict) or not isinstance(meta.get("parameters"), dict):
         raise Refusal(Code.NOTEBOOK_NOT_EXECUTED, f"{path} has no papermill metadata: it was not executed by "
                       "papermill", path)
-    defaults = meta.get("default_parameters")
-    given = {**(defaults if isinstance(defaults, dict) else {}), **meta["parameters"]}
+    given = {**_notebook_defaults(path), **meta["parameters"]}  # its own cell tagged parameters: the defaults
     ename = _error_name(doc)
     # papermill kills the kernel a few seconds after interrupting it: the copy then shows no error but cells
     # that never completed (the run itself stopped gracefully in the kernel, its logs say so)

@@ -21,11 +21,19 @@ import pytest
 from harness.audit.audit import audit_results
 from harness.audit.oracle import run_problems
 from harness.evidence.jsonio import sha256_hex
-from tests.e2e.test_run_signals import wait_for_lines
 from tests.support.paths import REPO
 from tests.support.study import Sim, logs, prereg, runner_env, system
 
 RUN_STUDY = REPO / "notebooks" / "run_study.ipynb"
+
+
+def wait_for_lines(folder: Path, proc: subprocess.Popen[bytes], n: int, log: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    path = folder / f"{log}.jsonl"
+    while not (path.exists() and path.read_bytes().count(b"\n") >= n):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"no {n} lines in {path}"
+        time.sleep(0.02)
 
 
 def setup(tmp_path: Path, sim: Sim, latency: float) -> tuple[Path, Path, str]:
