@@ -21,10 +21,10 @@ import pytest
 
 from harness.audit.audit import audit_results
 from harness.audit.oracle import run_problems
-from harness.evidence.jsonio import sha256_hex
-from tests.support.paths import REPO
 from harness.evidence.chain_read import read_log
+from harness.evidence.jsonio import sha256_hex
 from harness.run.layout import log_seed
+from tests.support.paths import REPO
 from tests.support.study import Sim, system
 
 DOCUMENTED = REPO / "docs" / "notebooks.md"
