@@ -161,7 +161,8 @@ def run_batch(
         path: the batch file.
         progress: called with whole lines (ending in a newline): as a job starts
             (`[2/5] a.ipynb -> b.ipynb ...`) and as it ends (`[2/5] a.ipynb -> b.ipynb ... ok 3.2 s`,
-            `... FAILED ValueError`); whole lines, because the kernel writes to the same stderr.
+            `... FAILED ValueError`, `... INTERRUPTED StageInterrupted`); whole lines, because the kernel
+            writes to the same stderr.
         on_exit: called with the stop record when a second signal exits the process at once
             (with 128 + the signal number).
 
@@ -272,7 +273,7 @@ def _run_jobs(jobs: list[BatchJob], state: _BatchState, say: Callable[[str], Non
 def _failed(job: BatchJob, n_jobs: int, state: _BatchState, exc: BaseException, executed: str | None,
             say: Callable[[str], None], head: str) -> dict[str, Any]:
     ename, evalue = _error_fields(exc)
-    say(f"{head} FAILED {ename}\n")
+    say(f"{head} {'INTERRUPTED' if state.signals else 'FAILED'} {ename}\n")
     failed = {"job": job.number, "notebook": job.notebook, "executed": executed, "ename": ename, "evalue": evalue}
     out = {"ok": False, "batch": state.batch, "jobs": state.done, "failed": failed,
            "message": f"job {job.number} of {n_jobs} failed ({job.shown}): {ename}: "

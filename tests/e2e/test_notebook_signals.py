@@ -96,7 +96,7 @@ def test_a_first_signal_to_proctor_batch_stops_the_run_gracefully_and_keeps_the_
     kept = folder / "run_study.interrupted-1.ipynb"
     assert record["failed"]["executed"] == str(kept) and kept.exists()
     assert not (folder / "run_study.ipynb").exists()
-    assert b"Traceback" not in err or b"StageInterrupted" in err
+    assert b"Traceback" not in err, err  # no kernel traceback: the notebook ended on StageInterrupted
     assert_graceful_stop(folder, signal.SIGINT)  # either signal reaches the kernel as its interrupt (SIGINT)
     assert notebook_anchors(folder) == {"notebook:run_study.interrupted-1.ipynb": sha256_hex(kept.read_bytes())}
     assert run_problems(folder, prereg_dir=p) == []
