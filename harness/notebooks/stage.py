@@ -167,7 +167,7 @@ def run_with_progress(
 
     shown: RunProgress | None = None
     worker = threading.Thread(target=target, name="proctor-notebook-run", daemon=True)
-    with _terminate_as_interrupt():
+    with _terminate_as_interrupt(), _orphan_as_interrupt(interrupts, finished):
         worker.start()
         while not finished.is_set():
             try:
@@ -188,6 +188,35 @@ def run_with_progress(
         raise result
     show(progress_table(result.progress))
     return result
+
+
+@contextlib.contextmanager
+def _orphan_as_interrupt(interrupts: Any, finished: threading.Event) -> Iterator[None]:
+    """ipykernel's parent poller ends a kernel whose parent (papermill, killed by SIGTERM) has gone, with
+    `os._exit` within a second. While a run is under way that is the run's first signal (SIGTERM) instead,
+    and the kernel exits once the run has stopped gracefully (logged its stop and end, anchored)."""
+    try:
+        from ipykernel import parentpoller
+    except ImportError:  # not in a kernel
+        yield
+        return
+    real = os  # the module the poller calls `os._exit` on
+
+    class _Os:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def _exit(self, code: int) -> None:
+            if interrupts.count == 0:
+                interrupts.deliver(int(signal.SIGTERM))
+            finished.wait()
+            real._exit(code)
+
+    setattr(parentpoller, "os", _Os())  # noqa: B010 (a module's global, replaced while the run is under way)
+    try:
+        yield
+    finally:
+        setattr(parentpoller, "os", real)  # noqa: B010
 
 
 class _Terminated(Exception):

@@ -132,8 +132,9 @@ def test_a_second_signal_to_proctor_batch_exits_at_once_with_its_stop_record(tmp
         False, "second_signal", int(signal.SIGINT), 1), record
 
 
-def test_a_first_sigint_to_papermill_stops_the_run_gracefully_and_anchor_notebook_keeps_it(
-    tmp_path: Path, sim: Sim
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_first_signal_to_papermill_stops_the_run_gracefully_and_anchor_notebook_keeps_it(
+    tmp_path: Path, sim: Sim, signum: int
 ) -> None:
     p, results, url = setup(tmp_path, sim, latency=1.0)
     folder = results / "rt" / "A"
@@ -145,10 +146,11 @@ def test_a_first_sigint_to_papermill_stops_the_run_gracefully_and_anchor_noteboo
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for_lines(folder, proc, 2, "admission", timeout=120)
     time.sleep(0.3)
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, (out, err)
-    assert_graceful_stop(folder, signal.SIGINT)
+    # SIGINT: papermill interrupts its kernel; SIGTERM ends papermill, and the orphaned kernel stops the run
+    assert_graceful_stop(folder, signum)
     assert run_problems(folder, prereg_dir=p) == []
     # papermill interrupts the kernel, then kills it within seconds: the copy shows the run cell cut short
     executed = json.loads(out_nb.read_text())
