@@ -30,7 +30,7 @@ from harness.run.lanes import Lanes
 from harness.run.layout import log_seed
 from harness.run.rules import classify
 
-__all__ = ["Upkeep", "deferred_signals"]
+__all__ = ["Interrupts", "Upkeep", "deferred_signals"]
 
 _TORN_WRITE: Final = re.compile(r"\..+\.tmp-[0-9]+")
 """`harness.evidence.fsutil.atomic_write`'s temporary file, left behind by a kill before its rename."""
@@ -252,3 +252,49 @@ def deferred_signals(engine: Upkeep) -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+class Interrupts:
+    """Signals delivered from another thread: how a Jupyter kernel's KeyboardInterrupt reaches a run.
+
+    `run_stage(..., interrupts=i)` runs on a worker thread (no signal handler can be
+    installed there); the thread that gets the signal calls `deliver(signum)`. The first
+    delivery is the runner's first signal (a `signal` event, a stop with cause `interrupt`,
+    attempts under way finish), the second exits the process at once with 128 + signum,
+    as `proctor run` does. A delivery before the run's `start` event is held until it.
+    The manual: docs/run.md (signals) and docs/notebooks.md.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Upkeep | None = None
+        self._held: list[int] = []
+        self._over = False
+        self.count = 0
+
+    def deliver(self, signum: int) -> None:
+        """One signal: to the run when it is under way, else held (or, the second, an exit at once)."""
+        with self._lock:
+            self.count += 1
+            engine = self._engine
+            if engine is None:
+                if self.count >= 2:
+                    os._exit(128 + signum)
+                if not self._over:
+                    self._held.append(signum)
+                return
+        engine.on_signal(signum)
+
+    def attach(self, engine: Upkeep) -> None:
+        """The run has logged its start: deliver what was held to `engine`, and every later signal."""
+        with self._lock:
+            self._engine = engine
+            held, self._held = self._held, []
+        for signum in held:
+            engine.on_signal(signum)
+
+    def detach(self) -> None:
+        """The run is ending: later signals are counted (the second still exits) but not logged."""
+        with self._lock:
+            self._engine = None
+            self._over = True
