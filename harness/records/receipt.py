@@ -49,13 +49,18 @@ class Receipt:
     started: float
     ended: float
     duration_s: float
+    journal_lines: int | None = None
+    """The journal's line count when the receipt was written (its verify event is the next line)."""
+    journal_head: str | None = None
+    """The sha256 of the journal's last line then: accept notices a shortened or rewritten journal."""
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": RECEIPT_SCHEMA, **write(self)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:
-        """Read a receipt strictly (`receipt_invalid`); `fingerprint` and `sandbox` may be absent (older receipts)."""
+        """Read a receipt strictly (`receipt_invalid`); `fingerprint`, `sandbox` and the journal mark
+        may be absent (older receipts)."""
         Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(RECEIPT_SCHEMA)})
         return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, optional=_RECEIPT_LEGACY, ignore=_SCHEMA)
 
