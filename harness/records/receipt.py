@@ -19,6 +19,7 @@ ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox"})  # absent from receipts made before they were recorded
+_MARK: Final = frozenset({"journal_lines", "journal_head"})  # the journal's mark: left out of older receipts
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Receipt:
     """The sha256 of the journal's last line then: accept notices a shortened or rewritten journal."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": RECEIPT_SCHEMA, **write(self)}
+        return {"schema": RECEIPT_SCHEMA, **write(self, _MARK)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:
