@@ -37,12 +37,19 @@ def _ancestors(path: bytes) -> list[bytes]:
     return found
 
 
+def _normal(item: str) -> str:
+    """A scope entry as a plain relative path: `./a//b/` is `a/b`, `.` the whole workspace."""
+    return posixpath.normpath(item)
+
+
 def in_scope(path: bytes, scope: Sequence[str]) -> bool:
     """True when a scope entry names `path`: the file itself, a folder above it, or an fnmatch glob
     (`*` crosses `/`) matching it or a folder above it."""
     chain = _ancestors(path)
-    for item in scope:
-        pattern = os.fsencode(item.rstrip("/"))
+    for item in map(_normal, scope):
+        if item == ".":
+            return True  # the whole workspace
+        pattern = os.fsencode(item)
         if any(ch in item for ch in "*?["):
             if any(fnmatch.fnmatchcase(p, pattern) for p in chain):
                 return True
@@ -54,7 +61,7 @@ def in_scope(path: bytes, scope: Sequence[str]) -> bool:
 def _holds_scope(path: bytes, scope: Sequence[str]) -> bool:
     """True when the folder `path` lies above a literal scope entry (made to hold a new in-scope file)."""
     prefix = path + b"/"
-    return any(os.fsencode(item).startswith(prefix) for item in scope if not any(ch in item for ch in "*?["))
+    return any(os.fsencode(item).startswith(prefix) for item in map(_normal, scope) if not any(ch in item for ch in "*?["))
 
 
 def out_of_scope_changes(

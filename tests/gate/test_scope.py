@@ -53,6 +53,8 @@ MakeTask = Callable[..., TaskSetup]
         (["pkg/sub*"], b"pkg/subdir/x.txt", True),  # a glob naming a folder covers its contents
         (["tests/test_?.py"], b"tests/test_a.py", True),
         (["a.py", "b/"], b"b/c.py", True),
+        (["./pkg//mod.py"], b"pkg/mod.py", True),
+        (["."], b"anything/at/all", True),
     ],
 )
 def test_in_scope_reads_files_folders_and_globs(scope: list[str], path: bytes, inside: bool) -> None:
