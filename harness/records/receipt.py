@@ -19,7 +19,8 @@ ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox", "output_truncated_from"})  # absent from receipts made before they were recorded
-_MARK: Final = frozenset({"journal_lines", "journal_head"})  # the journal's mark: left out of older receipts
+_MARK: Final = frozenset({"journal_lines", "journal_head", "output_truncated_from"})
+"""Left out when None: the journal's mark (absent from older receipts) and an output that was not cut."""
 
 
 @dataclass(frozen=True)
