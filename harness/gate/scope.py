@@ -69,10 +69,10 @@ def out_of_scope_changes(
 ) -> list[str]:
     """Paths outside `scope` that appeared, vanished or changed (content, kind, mode, link) since init.
 
-    A new folder is allowed when it is in scope, holds an in-scope entry now, or lies above a
-    literal scope entry; an emptied-out folder above a changed in-scope file likewise.
+    A folder that appeared or vanished is allowed when it is in scope, lies above a literal
+    scope entry, or holds (or held) an in-scope entry; an empty new folder elsewhere is not.
     """
-    scoped_now = [p for p in current if in_scope(p, scope)]
+    scoped = [p for p in {*baseline, *current} if in_scope(p, scope)]
     found = []
     for path in sorted({*baseline, *current}):
         if not changed_since(baseline, current, path) or in_scope(path, scope):
@@ -80,7 +80,7 @@ def out_of_scope_changes(
         before, after = baseline.get(path), current.get(path)
         kinds = {e.kind for e in (before, after) if e is not None}
         if kinds == {"dir"} and (
-            _holds_scope(path, scope) or any(p.startswith(path + b"/") for p in scoped_now)
+            _holds_scope(path, scope) or any(p.startswith(path + b"/") for p in scoped)
         ):
             continue
         found.append(display_path(path))

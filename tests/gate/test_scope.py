@@ -103,6 +103,8 @@ def test_new_folders_for_a_new_in_scope_file_are_allowed_but_not_empty_ones() ->
     made = {**base, b"pkg/new": _dir(b"pkg/new"), b"pkg/new/mod.py": _file(b"pkg/new/mod.py")}
     assert out_of_scope_changes(base, made, ["pkg/new/mod.py"]) == []
     assert out_of_scope_changes(base, made, ["pkg/new/*.py"]) == []
+    held = {b"pkg": _dir(b"pkg"), b"pkg/sub": _dir(b"pkg/sub"), b"pkg/sub/a.py": _file(b"pkg/sub/a.py")}
+    assert out_of_scope_changes(held, base, ["pkg/sub/*.py"]) == []  # emptied and removed with its files
     stray = {**base, b"ns": _dir(b"ns")}  # an empty folder is a namespace package to import
     assert out_of_scope_changes(base, stray, ["pkg/new/mod.py"]) == ["ns"]
 
