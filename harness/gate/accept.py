@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal
-from harness.evidence.tree import tree_signature
+from harness.evidence.tree_entry import signature_of
+from harness.gate.baseline import baseline_entries
+from harness.gate.continuity import check_continuity
 from harness.gate.receipts import load_receipt
+from harness.gate.record import record_seed
+from harness.gate.scope import check_scope, scan_purged
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import check_pin, gated
 from harness.records.journal import AcceptEvent, OverrideEvent
@@ -100,6 +104,7 @@ def accept(
     refuse_nested("accept")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("accept"):
         check_pin(gate.task, gate.pin)
+        check_continuity(gate, record_seed(gate))
         verifies = [e for e in gate.events if e["event"] == "verify"]
         if not verifies:
             raise GateRefusal(Code.RECEIPT_MISSING, "no receipt: run `proctor verify` first", gate.workspace)
@@ -123,9 +128,11 @@ def accept(
                 f"dispatch {latest_seq} ran after receipt {receipt.receipt_id}; verify again",
                 path,
             )
-        tree = tree_signature(gate.workspace, tuple(gate.pin["excludes"]))
+        current = scan_purged(gate, "accept")
+        tree = signature_of(current)
         if tree.digest != receipt.tree:
             raise GateRefusal(Code.RECEIPT_STALE, "the workspace changed since the receipt; verify again", gate.workspace)
+        check_scope(gate, baseline_entries(gate), current, gate.workspace)
         overrides = []
         if latest_seq == 0 and receipt.verifier_nondiscriminating:
             if not allow_zero_dispatch:

@@ -18,6 +18,7 @@ from harness.evidence.layout import lay_entry
 from harness.evidence.tree import scan_tree
 from harness.evidence.tree_entry import TreeEntry, signature_of
 from harness.gate.baseline import baseline_entries
+from harness.gate.continuity import journal_mark
 from harness.gate.escalation import fingerprint
 from harness.gate.guards import (
     ancestor_inputs,
@@ -25,6 +26,7 @@ from harness.gate.guards import (
     module_shadows,
     verification_input_changes,
 )
+from harness.gate.scope import check_scope, scan_purged
 from harness.gate.seal import check_copies, lay_hidden, restore_sealed
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
@@ -97,7 +99,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         check_copies(gate.state.root, gate.pin["sealed"], gate.pin["hidden"])
         excludes = tuple(gate.pin["excludes"])
         baseline = baseline_entries(gate)
-        current = scan_tree(gate.workspace, excludes)
+        current = scan_purged(gate, "verify")
         changed = verification_input_changes(baseline, current)
         if changed:
             raise GateRefusal(
@@ -136,6 +138,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         if restored:
             gate.record(TamperEvent(paths=tuple(restored), action="restored"))
             current = scan_tree(gate.workspace, excludes)
+        check_scope(gate, baseline, current, gate.workspace)
         tampered = _tampered_since_dispatch(gate)
         tree = signature_of(current)
 
@@ -178,6 +181,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         failure_print = None if passed else fingerprint(
             output_bytes.decode("utf-8", "replace"), (copy, os.path.realpath(copy), gate.state.root)
         )
+        mark = journal_mark(gate.events)  # the verify event will be the next line
         receipt = Receipt(
             receipt_id=receipt_id,
             task_id=gate.task.task_id,
@@ -204,6 +208,8 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             started=result.started,
             ended=result.ended,
             duration_s=round(result.duration_s, 6),
+            journal_lines=mark[0],
+            journal_head=mark[1],
         )
         receipt_sha = gate.state.write_record(f"receipts/{receipt_id}.json", receipt.to_json())
         gate.record(

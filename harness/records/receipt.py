@@ -19,6 +19,8 @@ ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox", "output_truncated_from"})  # absent from receipts made before they were recorded
+_MARK: Final = frozenset({"journal_lines", "journal_head", "output_truncated_from"})
+"""Left out when None: the journal's mark (absent from older receipts) and an output that was not cut."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,18 @@ class Receipt:
     duration_s: float
     output_truncated_from: int | None = None
     """The output's size before it was cut to `OUTPUT_CAP` (docs/gated-path.md); None: not cut."""
+    journal_lines: int | None = None
+    """The journal's line count when the receipt was written (its verify event is the next line)."""
+    journal_head: str | None = None
+    """The sha256 of the journal's last line then: accept notices a shortened or rewritten journal."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": RECEIPT_SCHEMA, **write(self)}
+        return {"schema": RECEIPT_SCHEMA, **write(self, _MARK)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:
-        """Read a receipt strictly (`receipt_invalid`); `fingerprint` and `sandbox` may be absent (older receipts)."""
+        """Read a receipt strictly (`receipt_invalid`); `fingerprint`, `sandbox` and the journal mark
+        may be absent (older receipts)."""
         Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(RECEIPT_SCHEMA)})
         return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, optional=_RECEIPT_LEGACY, ignore=_SCHEMA)
 
