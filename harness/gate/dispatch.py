@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
+from harness.evidence.git import git_dir_snapshot, snapshot_changes
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.tree import scan_tree, tree_signature
 from harness.evidence.tree_entry import TreeEntry, TreeSignature, diff_trees
@@ -262,6 +263,7 @@ def dispatch(
             view = View(
                 cwd=gate.workspace, writable=(gate.workspace,), readable=readable, placed=tuple(placed),
                 placed_writable=((beats, os.path.join(IN_SANDBOX, "heartbeat")),), withheld=withheld_paths(gate),
+                read_only=(os.path.join(gate.workspace, ".git"),),
             )
             wrapped = box.wrap(argv, view, env)
             if switch:
@@ -286,6 +288,7 @@ def dispatch(
                 )
             )
             watched = _state_entries(gate, dispatch_id)
+            git_before = git_dir_snapshot(gate.workspace)
             try:
                 if sandboxed and program is None:
                     raise FileNotFoundError(2, "No such file or directory", argv[0])
@@ -301,6 +304,7 @@ def dispatch(
                 gate.record(DispatchEnd(dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc)))
                 raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         tampered = _state_changes(gate, dispatch_id, watched)
+        git_changed = snapshot_changes(git_before, git_dir_snapshot(gate.workspace))
         wire, wire_forged = wire_end(metering) if "proxy" in metering else (None, None)
         tree = tree_signature(gate.workspace)
         end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
@@ -319,6 +323,14 @@ def dispatch(
         )
         if tampered or wire_forged:
             _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
+        if git_changed:
+            raise GateRefusal(
+                Code.GIT_DIR_CHANGED,
+                f"the worker changed the workspace's .git ({len(git_changed)} paths); its config and hooks may run "
+                "code as you: inspect them before any git command here; this task can no longer be accepted",
+                git_changed[0],
+                paths=git_changed,
+            )
     return DispatchResult(
         dispatch_id=dispatch_id,
         seq=seq,
