@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.evidence.git import GIT_OPTIONS, git_dir_snapshot, git_env, head_blobs, run_git, snapshot_changes
+from harness.evidence.git import (
+    GIT_OPTIONS,
+    git_dir_snapshot,
+    git_env,
+    head_blobs,
+    run_git,
+    snapshot_changes,
+)
 from harness.gate.state import workspace_root
 from tests.support.hostile_git import KEYS, plant, set_off
 from tests.support.tasks import git_repo
