@@ -128,5 +128,7 @@ def test_a_sandboxed_worker_cannot_change_git(task_setup: Callable[..., TaskSetu
         twin = ts.workspace / ".git" / path.relative_to(copy)
         assert path.is_dir() == twin.is_dir() and (path.is_dir() or path.read_bytes() == twin.read_bytes())
     assert not (ts.workspace / "git-moved").exists()
-    assert "ro-bind" in " ".join(tried.out["sandbox"]["options"])
+    options, ws = tried.out["sandbox"]["options"], str(ts.workspace.resolve())
+    at = options.index(ws) - 1
+    assert options[at : at + 6] == ["--bind", ws, ws, "--ro-bind", f"{ws}/.git", f"{ws}/.git"]  # over the workspace
     assert list(markers.iterdir()) == []
