@@ -233,8 +233,7 @@ def delegate(
             env = sandbox_env(os.environ, given, sandboxed=sandboxed)
             program = find_program(argv[0], root, env)
             view = View(cwd=root, writable=(root,), readable=named_paths(argv, program) + readable,
-                        placed=tuple(placed), withheld=(private,),
-                        read_only=(os.path.join(root, ".git"),))  # fmt: skip
+                        placed=tuple(placed), withheld=(private,))  # fmt: skip
             wrapped = box.wrap(argv, view, env)
             try:
                 if sandboxed and program is None:
