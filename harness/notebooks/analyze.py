@@ -18,14 +18,18 @@ from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root, resolve
 from harness.notebooks.display import Table
 from harness.notebooks.stage import anchor_outputs, run_papermill
+from harness.prereg.statement import NOT_STATED
 from harness.run.anchors import output_manifest_name
 
 if TYPE_CHECKING:
     import polars as pl
 
+    from harness.prereg.statement import PreregStatement
+
 __all__ = [
     "AnalysisPaths",
     "Figure",
+    "Statement",
     "analysis_notebook",
     "analysis_paths",
     "analyze_results",
@@ -33,6 +37,7 @@ __all__ = [
     "figure",
     "frame_table",
     "outputs_table",
+    "statement",
     "verdict_lines",
 ]
 
@@ -155,6 +160,41 @@ def outputs_table(tables: Mapping[str, str], figures: Iterable[str]) -> Table:
     rows = [{"output": f"table {name}", "path": path} for name, path in tables.items()]
     rows += [{"output": f"figure {os.path.basename(path)}", "path": path} for path in figures]
     return Table("Outputs written (proctor analyze anchors their sha256 in every stage)", tuple(rows))
+
+
+@dataclass(frozen=True, repr=False)
+class Statement:
+    """What the study asks, from PREREG.md, shown as Markdown (the HTML export) and as text (logs).
+
+    Attributes:
+        markdown: the section as Markdown.
+    """
+
+    markdown: str
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown
+
+    def __repr__(self) -> str:
+        return self.markdown
+
+
+def _demoted(text: str) -> str:
+    """PREREG.md's own headings inside a section, moved below the notebook's (### and deeper)."""
+    return "\n".join(f"###{line}" if line.startswith("#") else line for line in text.splitlines())
+
+
+def statement(found: PreregStatement | None) -> Statement:
+    """The preregistration's title, research question and hypotheses (`analysis.statement`), each
+    section's text as written, or "not stated in PREREG.md" when it has no such section."""
+    if found is None:
+        return Statement("*The preregistration's PREREG.md was not read.*")
+    parts = [f"**{found.title}** (PREREG.md)" if found.title else "PREREG.md has no title"]
+    for name, text in (("Research question", found.question), ("Hypotheses", found.hypotheses)):
+        parts.append(f"### {name}")
+        parts.append(_demoted(text) if text else f"*{NOT_STATED} in PREREG.md* (no section headed "
+                                                 f"'{name.split()[-1]}')")
+    return Statement("\n\n".join(parts))
 
 
 # --------------------------------------------------------------------------

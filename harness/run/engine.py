@@ -160,7 +160,8 @@ class EngineCore:
                      "refused" if s in self.refused_before else "stopped" if s in self.stopped else "running")
             out.append(SystemProgress(s, len(self.admitted_items[s]), self.refused[s], self.attempts[s], standing,
                                       len(cells), self.spend[s], self.s.design.system(s).cap_usd, state,
-                                      items_admitted_now=self.admitted[s]))
+                                      items_admitted_now=self.admitted[s],
+                                      items=len({c.request.item for c in cells})))
         return tuple(out)
 
     def progress(self) -> RunProgress:
