@@ -1,7 +1,8 @@
 """The workspace's git is data, never code (issue 14, class 2), through the real CLI.
 
 A worker that writes `.git` (fsmonitor, hooks, a promisor remote with an
-`uploadpack` command and a missing HEAD object: tests/support/hostile_git.py)
+`uploadpack` command and a missing HEAD object, pager, external diff, filter
+drivers, aliases, an ssh command: tests/support/hostile_git.py)
 must get nothing run: under bwrap `.git` is read-only; under `--sandbox none`
 the dispatch is refused `git_dir_changed`, accept refuses, and proctor's own
 git (every command, the evidence packet at a lane switch) runs none of it.
@@ -19,11 +20,12 @@ from typing import Any
 
 from harness.evidence.git import git_dir_snapshot, snapshot_changes
 from tests.support.cli import CliResult, run_proctor
+from tests.support.hostile_git import KEYS
 from tests.support.paths import REPO
 from tests.support.tasks import TaskSetup
 
 SCOPE = "wordfreq/counter.py"
-PLANTED = ("fsmonitor", "hooks", "promisor")
+PLANTED = KEYS  # every attack at once; ssh_command last, so a lazy fetch would go through its ssh command
 
 # Leaves the task unfixed (the same failure each time) and, in mode "plant", writes the attacks into
 # the workspace's .git with the test suite's own planting code; in mode "try", tries to write .git
