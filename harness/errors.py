@@ -86,6 +86,7 @@ class Code(StrEnum):
     NOT_A_DIRECTORY = "not_a_directory"
     TREE_UNREADABLE = "tree_unreadable"
     TREE_CHANGED_DURING_SCAN = "tree_changed_during_scan"
+    TREE_FILE_TOO_LARGE = "tree_file_too_large"
     EXCLUSION_INVALID = "exclusion_invalid"
     MANIFEST_INVALID = "manifest_invalid"
 

@@ -250,7 +250,10 @@ def _snapshot_into(path: str, found: dict[str, tuple[int, ...] | str]) -> None:
         return
     found[path] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if stat.S_ISLNK(st.st_mode):
-        found[path + " ->"] = os.readlink(path)
+        try:
+            found[path + " ->"] = os.readlink(path)
+        except OSError as exc:
+            found[path + " ->"] = f"unreadable: {exc.strerror}"
     elif stat.S_ISDIR(st.st_mode):
         try:
             names = sorted(os.listdir(path))
