@@ -307,6 +307,7 @@ class Code(StrEnum):
     ANALYSIS_FAILED = "analysis_failed"
     BATCH_INVALID = "batch_invalid"
     BATCH_NOTEBOOK_MISSING = "batch_notebook_missing"
+    NOTEBOOK_NOT_EXECUTED = "notebook_not_executed"
 
     # CLI: the command line itself
     USAGE_ERROR = "usage_error"
@@ -513,6 +514,7 @@ NOTES: Final[dict[Code, str]] = {
     Code.ANALYSIS_REFUSED: "with `notebook_refusal`",
     Code.ANALYSIS_FAILED: "with `ename`, `evalue`",
     Code.BATCH_INVALID: "with `field`",
+    Code.NOTEBOOK_NOT_EXECUTED: "`proctor anchor-notebook` given a file papermill did not execute, or one naming no stage",
     Code.USAGE_ERROR: "exit 2",
     Code.INTERNAL_ERROR: "exit 4",
 }

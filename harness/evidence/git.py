@@ -69,8 +69,10 @@ def git_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-SUBCOMMANDS: Final = frozenset({"--version", "cat-file", "init", "add", "commit"})
-"""The git subcommands proctor runs, all built in: a built-in always wins over an alias of its name."""
+SUBCOMMANDS: Final = frozenset({"--version", "cat-file", "init", "add", "commit", "rev-parse", "status"})
+"""The git subcommands proctor runs, all built in: a built-in always wins over an alias of its name.
+
+`rev-parse` and `status` run on the project's own checkout only (`harness.evidence.checkout`)."""
 
 
 def run_git(
@@ -85,8 +87,9 @@ def run_git(
     """`git --no-pager <GIT_OPTIONS> ARGS` on the repository `git_dir`, with `git_env()` plus `env`.
 
     The repository is named, never discovered from a folder: `git_dir` is a
-    clean git folder of proctor's own (`head_blobs`) or one it made itself
-    (the demo); None runs git on no repository (`--version`). A workspace's own
+    clean git folder of proctor's own (`head_blobs`), one it made itself (the
+    demo) or the project's own checkout (provenance); None runs git on no
+    repository (`--version`). A workspace's own
     `.git` is never passed here: its attributes could still name a filter.
     Raises ValueError for a subcommand not in `SUBCOMMANDS`, OSError when git
     cannot run and subprocess.TimeoutExpired after `timeout_s`.

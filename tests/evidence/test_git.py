@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.evidence.checkout import checkout_of
 from harness.evidence.git import (
     GIT_OPTIONS,
     git_dir_snapshot,
@@ -77,7 +78,7 @@ def test_run_git_runs_only_the_built_ins_proctor_uses(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     markers = tmp_path / "markers"
     plant(repo, "alias", markers)
-    for args in (["evidence"], ["status"], ["fetch"], []):
+    for args in (["evidence"], ["log"], ["fetch"], ["-c", "x=y", "status"], []):
         with pytest.raises(ValueError, match="proctor runs no git"):
             run_git(args, git_dir=str(repo / ".git"))
     assert list(markers.iterdir()) == []
@@ -146,3 +147,15 @@ def test_the_snapshot_sees_every_change_to_the_git_folder(tmp_path: Path, change
         loose.unlink()
         expect = str(loose)
     assert expect in snapshot_changes(before, git_dir_snapshot(str(repo)))
+
+
+@pytest.mark.parametrize("key", ["fsmonitor", "hooks", "promisor", "pager", "diff_external", "alias", "ssh_command"])
+def test_the_provenance_checks_git_runs_nothing_planted_either(tmp_path: Path, key: str) -> None:
+    """`checkout_of` runs `rev-parse` and `status` on a checkout through `run_git` too (not filters:
+    that checkout is the operator's own project, docs/sandbox.md)."""
+    repo = _repo(tmp_path)
+    markers = tmp_path / "markers"
+    plant(repo, key, markers)
+    commit, _ = checkout_of(repo / "pkg")
+    assert len(commit) == 40
+    assert list(markers.iterdir()) == []
