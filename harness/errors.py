@@ -125,6 +125,7 @@ class Code(StrEnum):
     PREFLIGHT_RECEIPT_STALE = "preflight_receipt_stale"
     WORKER_COMMAND_MISSING = "worker_command_missing"
     WORKER_SPAWN_FAILED = "worker_spawn_failed"
+    GIT_DIR_CHANGED = "git_dir_changed"
 
     # verify: the verifier cannot be run safely
     VERIFICATION_INPUT_CHANGED = "verification_input_changed"

@@ -10,6 +10,7 @@ The manual: docs/gated-path.md.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,16 @@ def accept(
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("accept"):
         check_pin(gate.task, gate.pin)
         check_continuity(gate, record_seed(gate))
+        git_refused = [
+            e for e in gate.events
+            if e["event"] == "refused" and e["action"] == "dispatch" and e["refusal"] == Code.GIT_DIR_CHANGED
+        ]  # fmt: skip
+        if git_refused:
+            raise GateRefusal(
+                Code.GIT_DIR_CHANGED,
+                f"a worker changed the workspace's .git ({len(git_refused)} dispatches): nothing it left is accepted",
+                os.path.join(gate.workspace, ".git"),
+            )
         verifies = [e for e in gate.events if e["event"] == "verify"]
         if not verifies:
             raise GateRefusal(Code.RECEIPT_MISSING, "no receipt: run `proctor verify` first", gate.workspace)
