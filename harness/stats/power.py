@@ -315,7 +315,7 @@ def _smallest(reaches: Callable[[int], bool], start: int) -> int | None:
 
 def items_needed(
     *, margin: float, alpha: float, power: float, p_a: float, p_b: float,
-    correlation: float = 0.0, paired: bool = True,
+    correlation: float = 0.0, paired: bool = True, exact: bool = True,
 ) -> SampleSize:
     """The items needed to show equivalence within `margin` at level `alpha` with the target `power`.
 
@@ -332,6 +332,7 @@ def items_needed(
         p_b: the expected pass rate of system b.
         correlation: of the two systems' per-item outcomes (paired only).
         paired: the paired design (else two independent samples; n per system).
+        exact: choose n from the exact power (else from the normal approximation: n = n_normal).
     """
     _check(alpha, power, p_a, p_b, correlation)
     _check_margin(margin)
@@ -358,12 +359,12 @@ def items_needed(
         ))
     beta = 1.0 - power
     # Chow, Shao & Wang (2008) sections 3.1 and 4.2: z_{1-beta/2} for equivalence whatever delta
-    exact = (_z(1.0 - alpha) + _z(1.0 - beta / 2.0)) ** 2 * sd**2 / (margin - abs(delta)) ** 2
-    closed = max(1, math.ceil(exact)) if exact < MAX_ITEMS else MAX_ITEMS
+    raw = (_z(1.0 - alpha) + _z(1.0 - beta / 2.0)) ** 2 * sd**2 / (margin - abs(delta)) ** 2
+    closed = max(1, math.ceil(raw)) if raw < MAX_ITEMS else MAX_ITEMS
     n_normal = _smallest(lambda k: _power_at(k, margin, alpha, delta, sd) >= power, closed)
     if n_normal is None:
         return result(None, closed, f"not achievable within {MAX_ITEMS} items")
-    if n_normal <= EXACT_MAX_ITEMS // 2:
+    if exact and n_normal <= EXACT_MAX_ITEMS // 2:
         n = _smallest(lambda k: k > EXACT_MAX_ITEMS or exact_tost_power(k, **common) >= power, n_normal)
         if n is not None and n <= EXACT_MAX_ITEMS:
             return result(n, closed, None, n_normal)
