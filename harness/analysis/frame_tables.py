@@ -22,7 +22,13 @@ from harness.audit.frame import validate_attempts
 from harness.prereg.design import Comparison, Design, Stage
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
 from harness.stats.paired import binomial_design_effect, independent_tost, paired_from_counts
-from harness.stats.power import EXACT_MAX_ITEMS, exact_tost_power, items_needed, minimum_detectable_margin, tost_power
+from harness.stats.power import (
+    EXACT_MAX_ITEMS,
+    exact_tost_power,
+    items_needed,
+    minimum_detectable_margin,
+    tost_power,
+)
 
 __all__ = [
     "BREAKEVEN_SCHEMA",

@@ -246,6 +246,7 @@ def paired_from_counts(
     tango_lo, tango_hi = t_lower(-margin), t_upper(margin)
     tango_ci = score_interval(t_lower, t_upper, d, alpha)
     wald_p, tango_p = max(wald_lo, wald_hi), max(tango_lo, tango_hi)
+    ci: tuple[float | None, float | None]
     if method == "tango":
         chosen, ci, ci_method = tango_p, tango_ci, "tango score"
     else:

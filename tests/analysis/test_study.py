@@ -33,7 +33,12 @@ from harness.audit.frame import ATTEMPT_COLUMNS
 from harness.audit.report import build_report
 from harness.errors import Refusal
 from harness.stats.paired import cluster_robust_se, independent_tost, paired_comparison
-from harness.stats.power import exact_tost_power, items_needed, minimum_detectable_margin, tost_power
+from harness.stats.power import (
+    exact_tost_power,
+    items_needed,
+    minimum_detectable_margin,
+    tost_power,
+)
 from tests.support.analysis import design, frame
 from tests.support.study import prereg, sim_servers, system, urls
 

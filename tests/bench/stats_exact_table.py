@@ -10,7 +10,12 @@ The manual: docs/statistics.md.
 
 from __future__ import annotations
 
-from harness.stats.power import exact_tost_power, independent_rejection, items_needed, paired_rejection
+from harness.stats.power import (
+    exact_tost_power,
+    independent_rejection,
+    items_needed,
+    paired_rejection,
+)
 
 ALPHA, MARGIN = 0.05, 0.1
 PAIRED_CELLS = ((0.10, 0.0), (0.15, 0.05), (0.25, 0.15), (0.35, 0.25))
