@@ -272,10 +272,14 @@ def exact_tost_power(
     """The exact power of the registered TOST (Tango paired, Miettinen-Nurminen independent) at n items.
 
     Enumerates the trinomial of discordant pairs (paired; one pair per item) or the two binomials
-    (independent; n items per system). Below 1 item the power is 0.
+    (independent; n items per system). Below 1 item the power is 0; a correlation the rates
+    cannot have is a ValueError.
     """
     _check(alpha, None, p_a, p_b, correlation)
     _check_margin(margin)
+    reason = _infeasible(p_a, p_b, correlation, paired)
+    if reason is not None:
+        raise ValueError(reason)
     if n < 1:
         return 0.0
     if paired:
