@@ -351,3 +351,25 @@ def test_independent_design_effects_widen_the_interval() -> None:
     assert floored.design_effect_a == 1.0 and floored.p == plain.p
     assert binomial_design_effect([(3, 3), (0, 3)]) == pytest.approx(3.0)
     assert binomial_design_effect([(1, 2), (1, 2)]) == 1.0  # below 1, floored
+
+
+def test_independent_tost_clustered_by_item_keeps_its_level() -> None:
+    """Issue 15 item 4: 40 items x 10 repeats per system, item pass rates Beta-distributed around
+    0.6 and 0.5 (the difference at the margin 0.1). Counting repeats as independent cells says
+    "equivalent" far more often than alpha; with each system's design effect it keeps the level."""
+    rng = np.random.default_rng(15)
+    reps, items, repeats, margin, alpha = 200, 40, 10, 0.1, 0.05
+    clustered = naive = 0
+    for _ in range(reps):
+        sides = []
+        for mean in (0.6, 0.5):
+            k = rng.binomial(repeats, rng.beta(mean * 2, (1 - mean) * 2, items))
+            sides.append((int(k.sum()), binomial_design_effect([(int(x), repeats) for x in k])))
+        (xa, da), (xb, db) = sides
+        n = items * repeats
+        clustered += independent_tost(xa, n, xb, n, margin, alpha, design_effect_a=da,
+                                      design_effect_b=db).verdict == "equivalent"
+        naive += independent_tost(xa, n, xb, n, margin, alpha).verdict == "equivalent"
+    mc_se = math.sqrt(alpha * (1 - alpha) / reps)
+    assert clustered / reps <= alpha + 3 * mc_se
+    assert naive / reps > alpha + 3 * mc_se  # what the unclustered test did
