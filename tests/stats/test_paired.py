@@ -22,6 +22,7 @@ from harness.stats.paired import (
     paired_comparison,
     paired_from_counts,
     tango_restricted_p01,
+    tango_z,
 )
 from tests.support.stats import ALPHAS, TOL, counts
 
@@ -373,3 +374,17 @@ def test_independent_tost_clustered_by_item_keeps_its_level() -> None:
     mc_se = math.sqrt(alpha * (1 - alpha) / reps)
     assert clustered / reps <= alpha + 3 * mc_se
     assert naive / reps > alpha + 3 * mc_se  # what the unclustered test did
+
+
+def test_scalar_and_vectorised_statistics_agree() -> None:
+    """The verdicts use plain-float statistics, the enumerations numpy's: the same arithmetic."""
+    from harness.stats.paired import _mn_z1, _tango_z1
+
+    for n, b10, b01 in [(1, 0, 0), (5, 2, 0), (20, 3, 7), (164, 16, 0), (30, 30, 0)]:
+        for delta in (-0.3, -0.1, 0.0, 0.05, 0.2):
+            assert _tango_z1(b10, b01, n, delta, 1.5) == pytest.approx(float(tango_z(b10, b01, n, delta, 1.5)),
+                                                                      rel=1e-12, abs=1e-12)
+    for xa, na, xb, nb in [(0, 1, 0, 1), (7, 10, 5, 8), (0, 16, 15, 72), (40, 40, 0, 3)]:
+        for delta in (-0.3, -0.1, 0.0, 0.2):
+            assert _mn_z1(xa, na, xb, nb, delta, 1.0, 2.0) == pytest.approx(
+                float(mn_z(xa, na, xb, nb, delta, 1.0, 2.0)), rel=1e-12, abs=1e-12)
