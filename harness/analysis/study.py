@@ -30,7 +30,7 @@ from harness.analysis.frame_tables import (
 from harness.audit.report import Report, build_report
 from harness.audit.results import StudyResults, open_study
 from harness.errors import Code, LogRefusal, Refusal
-from harness.evidence.chain_read import verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.prereg.design import Design
@@ -38,6 +38,8 @@ from harness.prereg.folder import AMENDMENTS_NAME, FROZEN_NAME, GO_NAME
 from harness.prereg.frozen import FrozenPrereg, amendments_seed, check_frozen
 from harness.prereg.go import go_seed
 from harness.prereg.statement import PreregStatement, read_statement
+from harness.records._shape import build
+from harness.records.provenance import Provenance, current_provenance
 from harness.run.layout import LOGS, log_seed
 
 __all__ = [
@@ -220,7 +222,30 @@ def _provenance(results: StudyResults, frozen: FrozenPrereg) -> pl.DataFrame:
                 rows.append(_log_row(f"{stage.stage}:{log}", path, f"{rel}/{log}.jsonl",
                                      log_seed(results.study, stage.stage, log), "log"))
     rows.extend({"name": f"version:{name}", "kind": "version", "version": _version(name)} for name in _VERSIONS)
+    here = current_provenance()
+    rows += [{"name": "checkout:commit", "kind": "checkout", "version": here.commit},
+             {"name": "checkout:dirty", "kind": "checkout", "version": _dirty(here.dirty)}]
+    for stage in results.stages:  # what each stage's run recorded (its start events, first and last)
+        for when, got in _run_provenance(stage.folder, results.study, stage.stage):
+            rows.append({"name": f"{stage.stage}:run:{when}", "kind": "run",
+                         "version": f"{got.harness} {got.commit} {_dirty(got.dirty)}"})
     return frame_of(rows, PROVENANCE_SCHEMA)
+
+
+def _dirty(dirty: bool | None) -> str:
+    return "unknown" if dirty is None else "dirty" if dirty else "clean"
+
+
+def _run_provenance(folder: str, study: str, stage: str) -> list[tuple[str, Provenance]]:
+    """(first | last, provenance) of the stage's start events that record one (none before issue 13)."""
+    path = os.path.join(folder, "run.jsonl")
+    if not os.path.lexists(path):
+        return []
+    found = [build(Provenance, r["provenance"]) for r in read_log(path, log_seed(study, stage, "run"))
+             if r.get("event") == "start" and isinstance(r.get("provenance"), dict)]
+    if not found:
+        return []
+    return [("first", found[0])] + ([("last", found[-1])] if len(found) > 1 else [])
 
 
 def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: PathArg | None = None) -> StudyAnalysis:
@@ -243,8 +268,10 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
     attempts = pl.concat([reports[s].frame for s in stage_ids], how="vertical")
     exhausted = pl.concat([reports[s].exhausted for s in stage_ids], how="vertical") if stage_ids else None
     tables = analyze_frame(attempts, design, stages=stage_ids, exhausted=exhausted)
-    validation = frame_of([{**reports[s].summary, "stage": s, "amendments": len(reports[s].summary["amendments"])}
-                         for s in stage_ids], VALIDATION_SCHEMA)
+    folders = {s.stage: os.path.relpath(s.folder, found.folder).replace(os.sep, "/") for s in found.stages}
+    validation = frame_of([{**reports[s].summary, "stage": s, "folder": folders[s],  # relative: no machine path
+                            "amendments": len(reports[s].summary["amendments"])} for s in stage_ids],
+                          VALIDATION_SCHEMA)
     return StudyAnalysis(
         study=found.study, prereg=found.prereg, alpha=design.alpha, validation=validation, attempts=attempts,
         q=tables.q, comparisons=tables.comparisons, breakeven=tables.breakeven, sensitivity=tables.sensitivity,

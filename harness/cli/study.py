@@ -17,6 +17,7 @@ from harness.errors import Code, LogRefusal
 
 __all__ = [
     "analyze",
+    "anchor_notebook",
     "audit",
     "batch",
     "ledger_repair",
@@ -109,6 +110,11 @@ def analyze(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(line)
         sys.stderr.flush()
 
+    if args.check:
+        from harness.notebooks.analyze import check_analysis
+
+        checked = check_analysis(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+        return Outcome.of(checked.to_json())
     got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
     if args.json:
         return Outcome.of(got)
@@ -131,7 +137,25 @@ def batch(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(line)
         sys.stderr.flush()
 
-    return Outcome.of(run_batch(args.file, progress=None if args.json else show))
+    def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
+        if args.json:
+            print_json(record)
+        else:
+            sys.stderr.write(f"batch stopped at once by a second signal (exit {record['exit_code']}): "
+                             f"{record['note']}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    return Outcome.of(run_batch(args.file, progress=None if args.json else show, on_exit=exit_now))
+
+
+def anchor_notebook(args: argparse.Namespace) -> Outcome:
+    """`proctor anchor-notebook`: anchor a plain papermill run's executed copy (`harness.notebooks.stage`)."""
+    from harness.notebooks.stage import anchor_executed
+
+    got = anchor_executed(args.executed)
+    return Outcome.of({"ok": True, "notebook": got.path, "sha256": got.sha256, "interrupted": got.interrupted,
+                       "anchor": got.anchor})
 
 
 def audit(args: argparse.Namespace) -> Outcome:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal
-from harness.evidence.fsutil import ensure_private_dir
+from harness.evidence.fsutil import cap_output, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import lay_entry
 from harness.evidence.tree import scan_tree
@@ -30,6 +30,7 @@ from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.records.journal import TamperEvent, VerifyEvent
 from harness.records.receipt import Receipt
+from harness.workers.limits import resolve_limits
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
 
@@ -157,19 +158,20 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             env = sandbox_env(os.environ, {"PYTHONDONTWRITEBYTECODE": "1"}, sandboxed=box.kind == "bwrap")
             view = View(cwd=copy, writable=(copy,), readable=named_paths(argv, find_program(argv[0], copy, env)),
                         withheld=withheld_paths(gate))  # fmt: skip
-            wrapped = box.wrap(argv, view, env)
+            wrapped = box.wrap(argv, view, env, resolve_limits())
             result = run_group(
                 wrapped.argv,
                 cwd=copy,
                 env=env,
                 timeout_s=gate.task.budget.verify_timeout_s,
                 output_path=output,
-                sandboxed=wrapped.sandboxed,
+                sandboxed=wrapped.sandboxed, limits=wrapped.limits,
             )
         finally:
             shutil.rmtree(work, ignore_errors=True)
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
         passed = result.exit_code == 0 and not result.timed_out
+        _kept, cut = cap_output(output)  # code under test may print without bound: keep the head, record the cut
         output_bytes = read_bytes(output)
         # The failure's fingerprint drives escalation (harness.gate.escalation): the copy's
         # path differs per receipt and must not make the same failure look new.
@@ -192,6 +194,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             passed=passed,
             output_sha256=sha256_hex(output_bytes),
             output_bytes=len(output_bytes),
+            output_truncated_from=cut,
             fingerprint=failure_print,
             tamper_detected=bool(tampered),
             tampered_paths=tuple(tampered),

@@ -152,7 +152,7 @@ def summary_table(summary: RunSummary) -> Table:
     title = (f"Summary ({summary.mode}) of study {summary.study} stage {summary.stage}: "
              f"{'complete' if summary.complete else 'not complete'}, exit code {summary.exit_code}")
     return Table(title, tuple(rows), note=f"spend ${p.total_usd:.4f} of ceiling ${p.ceiling_usd:.4f}; "
-                                          f"folder {summary.folder}")
+                                          f"folder RESULTS/{summary.study}/{summary.stage}")
 
 
 def cells_table(summary: RunSummary) -> Table:

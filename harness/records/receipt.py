@@ -18,7 +18,7 @@ RECEIPT_SCHEMA: Final = "proctor-receipt.v1"
 ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
-_RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox"})  # absent from receipts made before they were recorded
+_RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox", "output_truncated_from"})  # absent from receipts made before they were recorded
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class Receipt:
     started: float
     ended: float
     duration_s: float
+    output_truncated_from: int | None = None
+    """The output's size before it was cut to `OUTPUT_CAP` (docs/gated-path.md); None: not cut."""
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": RECEIPT_SCHEMA, **write(self)}

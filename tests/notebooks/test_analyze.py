@@ -8,6 +8,7 @@ also be found by its freeze's sha256 under `<tmp_path>/prereg/`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def test_analyze_writes_and_anchors_every_output_and_repeats_byte_for_byte(study
     assert "Traceback" not in text
     for shown in ("Validation of study rt", "q table: pass rate", "Paired comparisons", "Break-even of cheap-first",
                   "Sensitivity to a noisy gate", "Power at the registered", "Provenance", "Outputs written",
-                  f"figure: {out / 'figures' / 'forest.png'}"):
+                  "figure: figures/forest.png, figures/forest.svg"):  # relative: no machine path (issue 13)
         assert shown in text, shown
     html = (out / "analysis.html").read_text()
     assert html.count('src="data:image/png;base64,') == 3 and "Paired comparisons" in html
@@ -225,7 +226,8 @@ def test_other_refusals_keep_their_code_and_other_errors_are_analysis_failed(stu
     executed = tmp_path / "failed" / "analysis.ipynb"
     assert caught.value.code == "analysis_failed" and caught.value.path == str(executed)
     assert caught.value.details["ename"] == "ZeroDivisionError"
-    assert caught.value.details["evalue"] == f"planted in {tmp_path / 'failed'}"
+    # the notebook gets its paths relative to the root (the repository here): no absolute machine path
+    assert caught.value.details["evalue"] == f"planted in {os.path.relpath(tmp_path / 'failed', REPO)}"
     last = anchors(results / "rt" / "A")[-1]  # the failed copy is anchored
     assert last["manifests"] == {"notebook:../../../failed/analysis.ipynb": sha256_hex(executed.read_bytes())}
 
@@ -260,7 +262,7 @@ def test_the_analysis_notebook_parameters() -> None:
 
     found = papermill.inspect_notebook(str(REPO / "notebooks" / "analysis.ipynb"))
     assert {name: info["default"] for name, info in found.items()} == {
-        "results": '"results/demo"', "out": '""', "prereg": '""'}
+        "results": '"results/demo"', "out": '""', "prereg": '""', "root": '""'}
 
 
 def test_lines_for_people_and_tables_for_the_notebook() -> None:
