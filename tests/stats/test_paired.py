@@ -317,6 +317,10 @@ def test_paired_equivalent_iff_the_interval_lies_inside_the_margin(margin: float
         inside = -margin < r.ci_low and r.ci_high < margin
         assert (r.verdict == "equivalent") == inside, (t, r.ci_low, r.ci_high, r.tango_p)
         assert r.ci_low <= r.diff <= r.ci_high
+        if r.se > 0.0:  # clustered: the design effect scales Tango's variance; the same holds
+            c = paired_from_counts(*t, margin=margin, cluster_se=1.7 * r.se, n_items=max(1, r.n // 2))
+            assert c.ci_low is not None and c.ci_high is not None and c.design_effect == pytest.approx(1.7**2)
+            assert (c.verdict == "equivalent") == (-margin < c.ci_low and c.ci_high < margin), t
 
 
 @pytest.mark.parametrize("margin", [0.1, 0.3])
