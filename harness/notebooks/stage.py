@@ -480,7 +480,7 @@ def run_papermill(
 
     source = os.path.abspath(os.fspath(notebook))
     out = os.path.abspath(os.fspath(out_path))
-    plain = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in parameters.items()}
+    plain = _relative_parameters(parameters, cwd)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     failure: Exception | None = None
     extra: dict[str, Any] = {} if kernels is None else {"kernel_manager_class": _tracked_manager(kernels)}
@@ -492,6 +492,16 @@ def run_papermill(
     _relative_metadata(out, cwd)
     digest = sha256_hex(read_bytes(out, max_bytes=_MAX_NOTEBOOK_BYTES))
     return PapermillRun(out, digest, plain, failure)
+
+
+def _relative_parameters(parameters: Mapping[str, Any], cwd: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parameters as papermill writes them into the executed copy: a path under the repository root
+    (from which the notebooks take relative paths) given relative to it, so that the copy names no folder
+    of this machine; a path outside it stays as given (and the audit names it, `absolute_path`)."""
+    root = os.path.realpath(repo_root(cwd))
+    plain = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in parameters.items()}
+    return {k: shown_path(os.path.realpath(v), root) if isinstance(v, str) and os.path.isabs(v)
+            and os.path.realpath(v).startswith(root.rstrip(os.sep) + os.sep) else v for k, v in plain.items()}
 
 
 def _relative_metadata(out: str, cwd: str | os.PathLike[str]) -> None:

@@ -169,3 +169,28 @@ def test_an_executed_notebook_records_its_paths_relative_to_the_kernels_folder(t
     meta = nbformat.read(run.path, as_version=4).metadata["papermill"]
     assert (meta["input_path"], meta["output_path"]) == ("nb.ipynb", "out/nb.ipynb")
     assert machine_paths(tmp_path / "work" / "out") == ()
+
+
+def test_absolute_path_parameters_under_the_repository_reach_the_notebook_relative(tmp_path: Path) -> None:
+    """`proctor batch` and the demo pass absolute paths: papermill writes them into the executed copy, so
+    those under the repository root go in relative to it (the notebooks take relative paths from there)."""
+    import nbformat
+
+    from harness.notebooks.stage import run_papermill
+
+    work = tmp_path / "work"
+    (work / "harness").mkdir(parents=True)
+    (work / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell('results = ""\nother = ""', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("print(results, other)")]
+    nbformat.write(nb, work / "nb.ipynb")
+    outside = tmp_path / "elsewhere"
+    run = run_papermill(work / "nb.ipynb", work / "out" / "nb.ipynb",
+                        {"results": work / "results" / "demo", "other": str(outside)}, cwd=work)
+    assert run.error is None and run.parameters == {"results": "results/demo", "other": str(outside)}
+    executed = nbformat.read(run.path, as_version=4)
+    assert executed.metadata["papermill"]["parameters"]["results"] == "results/demo"
+    assert 'results = "results/demo"' in executed.cells[1].source
+    assert [leak.file for leak in machine_paths(work / "out")] == ["nb.ipynb"]  # the path outside, as given
