@@ -484,6 +484,14 @@ def _mirror(path: str, common: str, into: str) -> str:
     return os.path.join(into, os.path.relpath(path, common))
 
 
+def _compared(name: str, data: bytes) -> bytes:
+    """What `--check` compares of an output: every byte, but for the provenance table's `checkout:` rows,
+    which name the checkout the analysis ran in (a re-execution runs in the reviewer's own)."""
+    if name != "tables/provenance.csv":
+        return data
+    return b"".join(row for row in data.splitlines(keepends=True) if not row.startswith(b"checkout:"))
+
+
 def _csv_rows(data: bytes) -> list[bytes]:
     return data.splitlines()
 
@@ -516,6 +524,7 @@ def check_analysis(
     import tempfile
 
     from harness.evidence.chain_read import read_log
+    from harness.prereg.design import load_design
     from harness.run.layout import log_seed
 
     say = progress or (lambda _line: None)
@@ -539,8 +548,11 @@ def check_analysis(
                 differences.append(Difference(name, "the stages anchor different sha256 for it"))
     if differences:
         return AnalysisCheck(found.study, paths.shown(paths.out), (), tuple(differences))
-    common = os.path.commonpath([base, found.folder, found.prereg, paths.out])
+    packet = load_design(os.path.join(found.prereg, "design.toml")).packet_path  # named relative to the prereg
+    common = os.path.commonpath([base, found.folder, found.prereg, paths.out, packet])
     with tempfile.TemporaryDirectory(prefix="proctor-check-") as into:
+        os.makedirs(os.path.dirname(_mirror(packet, common, into)), exist_ok=True)
+        shutil.copyfile(packet, _mirror(packet, common, into))
         for stage in found.stages:
             copy = _mirror(stage.folder, common, into)
             shutil.copytree(stage.folder, copy, symlinks=True)
@@ -578,7 +590,7 @@ def check_analysis(
             data, fresh = read_bytes(here, max_bytes=_MAX_OUTPUT_BYTES), read_bytes(made[name], max_bytes=_MAX_OUTPUT_BYTES)
             if sha256_hex(data) != anchored[name]:
                 differences.append(Difference(name, "its sha256 is not the anchored one"))
-            if data != fresh:
+            if _compared(name, data) != _compared(name, fresh):
                 differences.append(Difference(name, _what_differs(name, data, fresh)))
     say(f"  compared {len(made)} outputs: {len(differences)} differ\n")
     return AnalysisCheck(found.study, paths.shown(paths.out), tuple(sorted(made)), tuple(differences))

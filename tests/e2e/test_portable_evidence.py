@@ -194,3 +194,12 @@ def test_absolute_path_parameters_under_the_repository_reach_the_notebook_relati
     assert executed.metadata["papermill"]["parameters"]["results"] == "results/demo"
     assert 'results = "results/demo"' in executed.cells[1].source
     assert [leak.file for leak in machine_paths(work / "out")] == ["nb.ipynb"]  # the path outside, as given
+
+
+def test_the_committed_local_gemma_analysis_checks_clean_in_this_checkout() -> None:
+    """The committed evidence re-executes to the anchored tables and figures byte for byte, in whatever
+    checkout and commit runs it (the provenance's `checkout:` rows name the checkout, so they are not
+    compared; the suite packet the design names is copied beside the preregistration)."""
+    got = run_proctor("analyze", "--check", "results/local-gemma", timeout=600)
+    assert got.code == 0 and got.out["differences"] == [], got.out
+    assert "tables/q.csv" in got.out["compared"] and "figures/forest.svg" in got.out["compared"]
