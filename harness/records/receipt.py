@@ -12,13 +12,39 @@ from typing import Any, Final
 from harness.errors import Code
 from harness.records._shape import Fields, kind_is, read, write
 
-__all__ = ["ITEM_RECEIPT_SCHEMA", "RECEIPT_SCHEMA", "ItemReceipt", "Receipt"]
+__all__ = ["ITEM_RECEIPT_SCHEMA", "RECEIPT_SCHEMA", "ItemReceipt", "Receipt", "SuspiciousLine", "TestResults"]
 
 RECEIPT_SCHEMA: Final = "proctor-receipt.v1"
 ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox"})  # absent from receipts made before they were recorded
+
+
+@dataclass(frozen=True)
+class TestResults:
+    """The proctor's own per-test report compared with the expected ids (`harness.gate.results`)."""
+
+    __test__ = False  # not a pytest class
+
+    kind: str
+    ok: bool
+    expected: tuple[str, ...]
+    reported: int
+    not_passed: tuple[str, ...]
+    failed: tuple[str, ...]
+    ended: bool
+    tampered: tuple[str, ...]
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class SuspiciousLine:
+    """A line of a changed file that matches a known pattern of forging a verdict (`harness.gate.scan`)."""
+
+    path: str
+    line: int
+    pattern: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +75,11 @@ class Receipt:
     started: float
     ended: float
     duration_s: float
+    results: TestResults | None = None
+    """The proctor's pytest report against the expected tests; None for a verifier that is not pytest."""
+    suspicious_code: tuple[SuspiciousLine, ...] = ()
+    visible_output_sha256: str | None = None
+    """A failing run with hidden inputs: the output of the verifier run again without them (what a worker may see)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": RECEIPT_SCHEMA, **write(self)}

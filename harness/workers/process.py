@@ -189,12 +189,14 @@ def run_group(
     on_start: Callable[[int], None] | None = None,
     preexec: Callable[[], None] | None = None,
     sandboxed: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessResult:
     """Run `argv` in a new session, output to `output_path`, kill the group at the deadline.
 
     Every descendant still alive when the child has ended is killed and
     returned in `detached_pids`. `sandboxed`: `argv` is a bwrap command
     (its pid namespace is stopped at the deadline, see the module docstring).
+    `pass_fds`: descriptors the child inherits (the verifier's report channel).
     """
     tracking = become_subreaper()
     before_children = descendants(os.getpid())
@@ -210,6 +212,7 @@ def run_group(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=tuple(pass_fds),
         )
         if on_start is not None:
             on_start(proc.pid)
