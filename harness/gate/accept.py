@@ -151,13 +151,14 @@ def accept(
                 )
             overrides.append("allow_detached_payload")
         if receipt.suspicious_code:
-            flagged = [f"{s.path}:{s.line}: {s.pattern}" for s in receipt.suspicious_code]
+            hits = receipt.suspicious_code
+            flagged = [f"{s.path}:{s.line}: {s.pattern}" for s in hits]
             if not allow_flagged:
                 raise GateRefusal(
                     Code.SUSPICIOUS_CODE,
                     f"the static scan flagged changed code (review it, then --allow-flagged): {'; '.join(flagged)}",
                     path,
-                    flagged=[{"path": s.path, "line": s.line, "pattern": s.pattern} for s in receipt.suspicious_code],
+                    flagged=[{"path": s.path, "line": s.line, "pattern": s.pattern} for s in hits],
                 )
             overrides.append("allow_flagged")
         for name in overrides:

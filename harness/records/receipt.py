@@ -18,6 +18,7 @@ RECEIPT_SCHEMA: Final = "proctor-receipt.v1"
 ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
+_ADDED: Final = frozenset({"results", "suspicious_code", "visible_output_sha256"})
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox"})  # absent from receipts made before they were recorded
 
 
@@ -77,12 +78,15 @@ class Receipt:
     duration_s: float
     results: TestResults | None = None
     """The proctor's pytest report against the expected tests; None for a verifier that is not pytest."""
-    suspicious_code: tuple[SuspiciousLine, ...] = ()
+    suspicious_code: tuple[SuspiciousLine, ...] | None = None
+    """The static scan's hits (`proctor verify` always records them, maybe none)."""
     visible_output_sha256: str | None = None
     """A failing run with hidden inputs: the output of the verifier run again without them (what a worker may see)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": RECEIPT_SCHEMA, **write(self)}
+        """The receipt; the fields added by issue 14 are left out when null, so older receipts read back
+        to the same bytes."""
+        return {"schema": RECEIPT_SCHEMA, **write(self, omit_none=_ADDED)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:

@@ -840,7 +840,7 @@ def test_an_honest_fix_is_not_flagged_and_its_expected_tests_all_passed(task_set
     dispatched_ok(ts, worker(tmp_path, apply_fix_line(ts)))
     res = verify(ts)
     assert res.code == EXIT_OK and res.out["passed"] is True, res.out
-    assert res.out["suspicious_code"] == [] and res.out["visible_output_sha256"] is None
+    assert res.out["suspicious_code"] == [] and "visible_output_sha256" not in res.out
     results = res.out["results"]
     assert results["ok"] is True and results["not_passed"] == [] and results["reported"] == 8
     assert "tests/test_hidden.py::test_empty_and_blank_text" in results["expected"]
