@@ -86,6 +86,7 @@ class Code(StrEnum):
     NOT_A_DIRECTORY = "not_a_directory"
     TREE_UNREADABLE = "tree_unreadable"
     TREE_CHANGED_DURING_SCAN = "tree_changed_during_scan"
+    TREE_FILE_TOO_LARGE = "tree_file_too_large"
     EXCLUSION_INVALID = "exclusion_invalid"
     MANIFEST_INVALID = "manifest_invalid"
 
@@ -306,6 +307,7 @@ class Code(StrEnum):
     ANALYSIS_FAILED = "analysis_failed"
     BATCH_INVALID = "batch_invalid"
     BATCH_NOTEBOOK_MISSING = "batch_notebook_missing"
+    NOTEBOOK_NOT_EXECUTED = "notebook_not_executed"
 
     # CLI: the command line itself
     USAGE_ERROR = "usage_error"
@@ -512,6 +514,7 @@ NOTES: Final[dict[Code, str]] = {
     Code.ANALYSIS_REFUSED: "with `notebook_refusal`",
     Code.ANALYSIS_FAILED: "with `ename`, `evalue`",
     Code.BATCH_INVALID: "with `field`",
+    Code.NOTEBOOK_NOT_EXECUTED: "`proctor anchor-notebook` given a file papermill did not execute, or one naming no stage",
     Code.USAGE_ERROR: "exit 2",
     Code.INTERNAL_ERROR: "exit 4",
 }

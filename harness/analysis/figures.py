@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["SVG_HASH_SALT", "forest_plot", "savings_plot"]
+__all__ = ["SVG_HASH_SALT", "forest_plot", "savings_figure", "savings_plot", "sensitivity_figure",
+           "sensitivity_plot"]
 
 PathArg = str | os.PathLike[str]
 
@@ -28,7 +29,24 @@ SVG_HASH_SALT: Final = "proctor-analysis"
 
 _FOREST_COLUMNS: Final = ("stage", "a", "b", "arm", "margin", "diff", "ci_low", "ci_high", "verdict")
 _SAVINGS_COLUMNS: Final = ("stage", "arm", "cheap", "strong", "q", "break_even_q", "cost_ratio")
+_STYLES: Final = ("-", "--", "-.")
 _COLORS: Final = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+@contextmanager
+def _rc() -> Iterator[None]:
+    """Every figure is built and saved under these settings (a figure built here may be saved later)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with matplotlib.rc_context({
+        "svg.hashsalt": SVG_HASH_SALT,
+        "svg.fonttype": "path",  # glyphs as paths: no font lookup on the reader's machine
+        "font.family": "DejaVu Sans",  # ships with matplotlib
+        "savefig.dpi": 150,
+        "figure.dpi": 100,
+    }):
+        yield
 
 
 @contextmanager
@@ -38,13 +56,7 @@ def _figure(width: float, height: float) -> Iterator[Figure]:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    with matplotlib.rc_context({
-        "svg.hashsalt": SVG_HASH_SALT,
-        "svg.fonttype": "path",  # glyphs as paths: no font lookup on the reader's machine
-        "font.family": "DejaVu Sans",  # ships with matplotlib
-        "savefig.dpi": 150,
-        "figure.dpi": 100,
-    }):
+    with _rc():
         yield Figure(figsize=(width, height), layout="constrained")
 
 
@@ -56,7 +68,8 @@ def _save(fig: Figure, stem: PathArg) -> list[str]:
         os.makedirs(path, exist_ok=True)
         for fmt, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
             buffer = io.BytesIO()
-            fig.savefig(buffer, format=fmt, metadata=metadata)
+            with _rc():
+                fig.savefig(buffer, format=fmt, metadata=metadata)
             path = f"{base}.{fmt}"
             atomic_write(path, buffer.getvalue(), mode=0o644)
             paths.append(path)
@@ -136,13 +149,61 @@ def forest_plot(comparisons: pl.DataFrame, stem: PathArg) -> list[str]:
         return _save(fig, stem)
 
 
+def savings_figure(breakeven: pl.DataFrame) -> Figure:
+    """The savings plot as a matplotlib Figure (`savings_plot` saves it; tests measure its labels).
+
+    Each cascade is named once, in a legend below the axes with its q and q* (no label is
+    placed beside a point, where labels of close points would overlap); the figure grows with
+    the number of cascades so the legend never covers the plot.
+
+    Raises:
+        ValueError: a frame with rows that lacks a column the figure draws.
+    """
+    _require(breakeven, _SAVINGS_COLUMNS, "a break-even table")
+    rows = list(breakeven.iter_rows(named=True))
+    drawn = [r for r in rows if r.get("break_even_q") is not None and r.get("q") is not None]
+    entries = len(drawn) + 3
+    with _figure(8.0, 4.6 + 0.2 * entries) as fig:
+        ax = fig.add_subplot()
+        ax.set_title("Cheap-first routing: predicted savings against the cheap pass rate")
+        ax.set_xlabel("q, the cheap system's pass rate")
+        ax.set_ylabel("predicted savings q - (b + v)/s\n(fraction of the strong cost)")
+        ax.set_xlim(-0.02, 1.02)
+        ax.axhline(0.0, color="0.2", linewidth=1.0, label="break-even (savings 0)")
+        if not drawn:
+            _empty(ax, "no cascades" if not rows else "no cascade has a break-even (see the table)")
+            return fig
+        for k, row in enumerate(drawn):
+            color, style = _COLORS[k % len(_COLORS)], _STYLES[(k // len(_COLORS)) % len(_STYLES)]
+            star, q = float(row["break_even_q"]), float(row["q"])
+            name = (f"{row['stage']}: {row['cheap']} -> {row['strong']} ({row['arm']}): "
+                    f"q={q:.3f}, q*={star:.3f}")
+            ax.plot([0.0, 1.0], [-star, 1.0 - star], color=color, linestyle=style, linewidth=1.2, label=name)
+            if 0.0 <= star <= 1.0:
+                ax.axvline(star, color=color, linestyle=":", linewidth=0.9)
+            ax.plot([q], [q - star], marker="o", color=color, markersize=7, clip_on=False)
+            ratio = row.get("cost_ratio")
+            if ratio is not None:
+                ax.plot([q], [1.0 - float(ratio)], marker="o", markerfacecolor="none", color=color, markersize=7,
+                        clip_on=False)
+        ax.plot([], [], marker="o", color="0.3", linestyle="none", label="observed q (predicted savings)")
+        ax.plot([], [], marker="o", markerfacecolor="none", color="0.3", linestyle="none",
+                label="composed savings, 1 - cost ratio")
+        skipped = len(rows) - len(drawn)
+        if skipped:
+            ax.plot([], [], linestyle="none",
+                    label=f"{skipped} cascade(s) without a break-even are in the table only")
+        fig.legend(loc="outside lower center", ncols=1, fontsize=7, frameon=False)
+        return fig
+
+
 def savings_plot(breakeven: pl.DataFrame, stem: PathArg) -> list[str]:
     """Predicted savings q - (b + v)/s against q for each cascade, with the break-even line.
 
     Args:
         breakeven: `StudyAnalysis.breakeven` (stage, arm, cheap, strong, q, break_even_q,
             predicted_savings, cost_ratio); rows without a break-even (no strong cost, not
-            composed) are counted in a footnote.
+            composed) are counted in the legend.
         stem: the output path without suffix; `<stem>.png` and `<stem>.svg` are written.
 
     Returns:
@@ -152,38 +213,81 @@ def savings_plot(breakeven: pl.DataFrame, stem: PathArg) -> list[str]:
         ValueError: a frame with rows that lacks a column the figure draws.
         Refusal: `file_unwritable` when the folder cannot be made or a file cannot be written.
     """
-    _require(breakeven, _SAVINGS_COLUMNS, "a break-even table")
-    rows = list(breakeven.iter_rows(named=True))
-    drawn = [r for r in rows if r.get("break_even_q") is not None and r.get("q") is not None]
-    with _figure(8.0, 5.0) as fig:
-        ax = fig.add_subplot()
-        ax.set_title("Cheap-first routing: predicted savings against the cheap pass rate")
-        ax.set_xlabel("q, the cheap system's pass rate")
-        ax.set_ylabel("predicted savings q - (b + v)/s (fraction of the strong cost)")
-        ax.set_xlim(0.0, 1.0)
-        ax.axhline(0.0, color="0.2", linewidth=1.0, label="break-even (savings 0)")
-        if not drawn:
-            _empty(ax, "no cascades" if not rows else "no cascade has a break-even (see the table)")
-            return _save(fig, stem)
-        for k, row in enumerate(drawn):
-            color = _COLORS[k % len(_COLORS)]
-            star, q = float(row["break_even_q"]), float(row["q"])
-            name = f"{row['stage']}: {row['cheap']} -> {row['strong']} ({row['arm']})"
-            ax.plot([0.0, 1.0], [-star, 1.0 - star], color=color, linewidth=1.2, label=name)
-            if 0.0 <= star <= 1.0:
-                ax.axvline(star, color=color, linestyle=":", linewidth=0.9)
-            ax.plot([q], [q - star], marker="o", color=color, markersize=7)
-            ax.annotate(f"{name}\nq={q:.3f}, q*={star:.3f}", (q, q - star), textcoords="offset points",
-                        xytext=(6, 6 + 10 * (k % 3)), fontsize=7, color=color)
-            ratio = row.get("cost_ratio")
-            if ratio is not None:
-                ax.plot([q], [1.0 - float(ratio)], marker="o", markerfacecolor="none", color=color, markersize=7)
-        ax.plot([], [], marker="o", color="0.3", linestyle="none", label="observed q (predicted savings)")
-        ax.plot([], [], marker="o", markerfacecolor="none", color="0.3", linestyle="none",
-                label="composed savings, 1 - cost ratio")
-        skipped = len(rows) - len(drawn)
-        if skipped:
-            fig.text(0.01, 0.005, f"{skipped} cascade(s) without a break-even are in the table only",
-                     fontsize=7, color="0.4")
-        ax.legend(loc="upper left", fontsize=7)
-        return _save(fig, stem)
+    return _save(savings_figure(breakeven), stem)
+
+
+_SENSITIVITY_COLUMNS: Final = ("stage", "arm", "cheap", "strong", "false_accept", "false_reject", "pass_rate",
+                               "cost_ratio")
+
+
+def sensitivity_figure(sensitivity: pl.DataFrame) -> Figure:
+    """The noisy-gate grid as heat maps: per cascade, the pass rate and the cost ratio over the gate's errors.
+
+    Rows: one cascade each (stage, arm, cheap -> strong); columns: the composed pass rate and the
+    cost against the strong system alone; x the false-accept rate, y the false-reject rate; each
+    cell carries its value. The full table is `tables/sensitivity.csv`.
+
+    Raises:
+        ValueError: a frame with rows that lacks a column the figure draws.
+    """
+    import polars as pl
+
+    _require(sensitivity, _SENSITIVITY_COLUMNS, "a sensitivity table")
+    keys = ["stage", "arm", "cheap", "strong"]
+    cascades = sensitivity.select(keys).unique(maintain_order=True).rows() if sensitivity.height else []
+    with _figure(9.0, max(2.4, 2.7 * len(cascades) + 0.8)) as fig:
+        if not cascades:
+            ax = fig.add_subplot()
+            ax.set_title("Sensitivity to a noisy gate")
+            _empty(ax, "no cascade was composed")
+            ax.set_xticks([])
+            return fig
+        axes = fig.subplots(len(cascades), 2, squeeze=False)
+        fig.suptitle("Sensitivity to a noisy gate: the cascade's pass rate and its cost against the strong system "
+                     "alone", fontsize=10)
+        for r, (stage, arm, cheap, strong) in enumerate(cascades):
+            grid = sensitivity.filter((pl.col("stage") == stage) & (pl.col("arm") == arm)
+                                      & (pl.col("cheap") == cheap) & (pl.col("strong") == strong))
+            fa = sorted(set(grid.get_column("false_accept").to_list()))
+            fr = sorted(set(grid.get_column("false_reject").to_list()))
+            for c, (column, what, cmap) in enumerate((("pass_rate", "pass rate", "viridis"),
+                                                      ("cost_ratio", "cost / strong alone", "magma"))):
+                values = [[None] * len(fa) for _ in fr]
+                for row in grid.iter_rows(named=True):
+                    values[fr.index(row["false_reject"])][fa.index(row["false_accept"])] = row[column]
+                _heat(fig, axes[r][c], values, fa, fr, cmap, what)
+                axes[r][c].set_title(f"{stage}: {cheap} -> {strong} ({arm}): {what}", fontsize=8)
+        return fig
+
+
+def _heat(fig: Figure, ax: Axes, values: list[list[Any]], fa: list[float], fr: list[float], cmap: str,
+          what: str) -> None:
+    import math
+
+    grid = [[math.nan if v is None else float(v) for v in row] for row in values]
+    finite = [v for row in grid for v in row if math.isfinite(v)]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    image = ax.imshow(grid, cmap=cmap, origin="lower", aspect="auto", vmin=low, vmax=high if high > low else low + 1)
+    ax.set_xticks(range(len(fa)), [f"{v:g}" for v in fa], fontsize=7)
+    ax.set_yticks(range(len(fr)), [f"{v:g}" for v in fr], fontsize=7)
+    ax.set_xlabel("false-accept rate", fontsize=7)
+    ax.set_ylabel("false-reject rate", fontsize=7)
+    middle = (low + high) / 2
+    for y, row in enumerate(grid):
+        for x, v in enumerate(row):
+            text = "-" if not math.isfinite(v) else f"{v:.2f}"
+            dark = math.isfinite(v) and (v < middle) == (cmap in ("viridis", "magma"))
+            ax.text(x, y, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
+    bar = fig.colorbar(image, ax=ax, shrink=0.9)
+    bar.ax.tick_params(labelsize=6)
+    bar.set_label(what, fontsize=7)
+
+
+def sensitivity_plot(sensitivity: pl.DataFrame, stem: PathArg) -> list[str]:
+    """`sensitivity_figure` saved as `<stem>.png` and `<stem>.svg`; returns the two paths.
+
+    Raises:
+        ValueError: a frame with rows that lacks a column the figure draws.
+        Refusal: `file_unwritable` when the folder cannot be made or a file cannot be written.
+    """
+    return _save(sensitivity_figure(sensitivity), stem)

@@ -10,7 +10,7 @@ import dataclasses
 import io
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Final
@@ -27,21 +27,27 @@ from harness.analysis.frame_tables import (
     frame_of,
     stage_order,
 )
-from harness.audit.report import build_report
+from harness.audit.report import Report, build_report
 from harness.audit.results import StudyResults, open_study
 from harness.errors import Code, LogRefusal, Refusal
-from harness.evidence.chain_read import verify_log
+from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.prereg.design import Design
 from harness.prereg.folder import AMENDMENTS_NAME, FROZEN_NAME, GO_NAME
 from harness.prereg.frozen import FrozenPrereg, amendments_seed, check_frozen
 from harness.prereg.go import go_seed
+from harness.prereg.statement import PreregStatement, read_statement
+from harness.records._shape import build
+from harness.records.provenance import Provenance, current_provenance
 from harness.run.layout import LOGS, log_seed
 
 __all__ = [
     "AMENDMENTS_SCHEMA",
     "BREAKEVEN_SCHEMA",
     "COMPARISON_SCHEMA",
+    "HYPOTHESES_SCHEMA",
+    "LEFT_OUT_SCHEMA",
     "POWER_SCHEMA",
     "PROVENANCE_SCHEMA",
     "SENSITIVITY_SCHEMA",
@@ -51,6 +57,8 @@ __all__ = [
     "amendments_table",
     "analyze_frame",
     "analyze_study",
+    "hypotheses_table",
+    "left_out_table",
     "table_csv",
     "write_tables",
 ]
@@ -68,6 +76,18 @@ AMENDMENTS_SCHEMA: Final[dict[str, Any]] = {
 """One row per amendment: its date, reason, kind (`files` or `note`), the files it changed ("PREREG.md
 changed; ..."), the sha256 of FROZEN.json after it, and the stages that ran under an earlier freeze
 (each one checked to still stand: it is in the validation table)."""
+HYPOTHESES_SCHEMA: Final[dict[str, Any]] = {
+    "hypothesis": _I, "statement": _S, "a": _S, "b": _S, "arm": _S, "margin": _F, "test": _S, "alpha": _F,
+}
+"""One row per registered comparison (design.toml), as the hypothesis it tests."""
+LEFT_OUT_SCHEMA: Final[dict[str, Any]] = {
+    "stage": _S, "system": _S, "cells": _I, "scored": _I, "exhausted": _I, "not_standing": _I, "why": _S,
+}
+"""Per stage and system: the planned cells, those scored, those exhausted (an outage: left out of every
+pass rate and comparison), those not standing (the stage is unfinished), and why any were left out."""
+EXHAUSTED_WHY: Final = ("exhausted: every transport retry failed (an outage, not the model); never scored, "
+                        "left out of pass rates and comparisons")
+NOT_STANDING_WHY: Final = "not standing: the stage did not finish these cells; nothing to score"
 PROVENANCE_SCHEMA: Final[dict[str, Any]] = {
     "name": _S, "path": _S, "sha256": _S, "lines": _I, "head": _S, "kind": _S, "version": _S,
 }
@@ -84,6 +104,9 @@ class StudyAnalysis:
         alpha: the registered alpha.
         validation, attempts, q, comparisons, breakeven, sensitivity, power, provenance, amendments: the tables.
         folder: the study folder (`RESULTS/<study>`, absolute).
+        statement: PREREG.md's title, question and hypotheses (`harness.prereg.statement`).
+        hypotheses: the registered comparisons as hypotheses (`HYPOTHESES_SCHEMA`).
+        left_out: the cells left out of scoring, per stage and system (`LEFT_OUT_SCHEMA`).
     """
 
     study: str
@@ -99,11 +122,15 @@ class StudyAnalysis:
     provenance: pl.DataFrame
     folder: str = ""
     amendments: pl.DataFrame = dataclasses.field(default_factory=lambda: pl.DataFrame(schema=AMENDMENTS_SCHEMA))
+    statement: PreregStatement | None = None
+    hypotheses: pl.DataFrame = dataclasses.field(default_factory=lambda: pl.DataFrame(schema=HYPOTHESES_SCHEMA))
+    left_out: pl.DataFrame = dataclasses.field(default_factory=lambda: pl.DataFrame(schema=LEFT_OUT_SCHEMA))
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """name -> frame in display order: validation, amendments, q, comparisons, breakeven, sensitivity,
-        power, provenance."""
-        return {"validation": self.validation, "amendments": self.amendments, "q": self.q,
+        """name -> frame in display order: hypotheses, validation, amendments, left_out, q, comparisons,
+        breakeven, sensitivity, power, provenance."""
+        return {"hypotheses": self.hypotheses, "validation": self.validation, "amendments": self.amendments,
+                "left_out": self.left_out, "q": self.q,
                 "comparisons": self.comparisons, "breakeven": self.breakeven, "sensitivity": self.sensitivity,
                 "power": self.power, "provenance": self.provenance}
 
@@ -141,6 +168,34 @@ def amendments_table(frozen: FrozenPrereg, stages: Mapping[str, str] | None = No
     return frame_of(rows, AMENDMENTS_SCHEMA)
 
 
+def hypotheses_table(design: Design) -> pl.DataFrame:
+    """Each registered comparison as the hypothesis it tests (`HYPOTHESES_SCHEMA`)."""
+    test = "paired TOST" if design.test == "paired_tost" else "independent-samples TOST"
+    rows = [{"hypothesis": i, "a": c.a, "b": c.b, "arm": c.arm, "margin": c.margin, "test": design.test,
+             "alpha": design.alpha,
+             "statement": (f"{c.a} and {c.b} pass within {c.margin:g} of each other on arm {c.arm} "
+                           f"({test} at alpha {design.alpha:g}; expected {c.expected_a:g} and {c.expected_b:g})")}
+            for i, c in enumerate(design.comparisons, start=1)]
+    return frame_of(rows, HYPOTHESES_SCHEMA)
+
+
+def left_out_table(reports: Mapping[str, Report], stage_ids: Sequence[str]) -> pl.DataFrame:
+    """Per stage and system, the planned cells and those left out of scoring, and why (`LEFT_OUT_SCHEMA`)."""
+    rows: list[dict[str, Any]] = []
+    for stage in stage_ids:
+        report = reports[stage]
+        planned: dict[str, int] = report.summary["cells_by_system"]
+        scored = dict(report.frame.group_by("system").len().iter_rows())
+        gone = dict(report.exhausted.group_by("system").len().iter_rows())
+        for system in planned:
+            n_scored, n_gone = int(scored.get(system, 0)), int(gone.get(system, 0))
+            not_standing = planned[system] - n_scored - n_gone
+            why = [w for n, w in ((n_gone, EXHAUSTED_WHY), (not_standing, NOT_STANDING_WHY)) if n]
+            rows.append({"stage": stage, "system": system, "cells": planned[system], "scored": n_scored,
+                         "exhausted": n_gone, "not_standing": not_standing, "why": "; ".join(why) or None})
+    return frame_of(rows, LEFT_OUT_SCHEMA)
+
+
 def _provenance(results: StudyResults, frozen: FrozenPrereg) -> pl.DataFrame:
     rows: list[dict[str, Any]] = [{"name": f"prereg:{FROZEN_NAME}", "path": FROZEN_NAME,
                                    "sha256": frozen.frozen_sha256, "kind": "prereg"}]
@@ -167,7 +222,30 @@ def _provenance(results: StudyResults, frozen: FrozenPrereg) -> pl.DataFrame:
                 rows.append(_log_row(f"{stage.stage}:{log}", path, f"{rel}/{log}.jsonl",
                                      log_seed(results.study, stage.stage, log), "log"))
     rows.extend({"name": f"version:{name}", "kind": "version", "version": _version(name)} for name in _VERSIONS)
+    here = current_provenance()
+    rows += [{"name": "checkout:commit", "kind": "checkout", "version": here.commit},
+             {"name": "checkout:dirty", "kind": "checkout", "version": _dirty(here.dirty)}]
+    for stage in results.stages:  # what each stage's run recorded (its start events, first and last)
+        for when, got in _run_provenance(stage.folder, results.study, stage.stage):
+            rows.append({"name": f"{stage.stage}:run:{when}", "kind": "run",
+                         "version": f"{got.harness} {got.commit} {_dirty(got.dirty)}"})
     return frame_of(rows, PROVENANCE_SCHEMA)
+
+
+def _dirty(dirty: bool | None) -> str:
+    return "unknown" if dirty is None else "dirty" if dirty else "clean"
+
+
+def _run_provenance(folder: str, study: str, stage: str) -> list[tuple[str, Provenance]]:
+    """(first | last, provenance) of the stage's start events that record one (none before issue 13)."""
+    path = os.path.join(folder, "run.jsonl")
+    if not os.path.lexists(path):
+        return []
+    found = [build(Provenance, r["provenance"]) for r in read_log(path, log_seed(study, stage, "run"))
+             if r.get("event") == "start" and isinstance(r.get("provenance"), dict)]
+    if not found:
+        return []
+    return [("first", found[0])] + ([("last", found[-1])] if len(found) > 1 else [])
 
 
 def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: PathArg | None = None) -> StudyAnalysis:
@@ -190,13 +268,17 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
     attempts = pl.concat([reports[s].frame for s in stage_ids], how="vertical")
     exhausted = pl.concat([reports[s].exhausted for s in stage_ids], how="vertical") if stage_ids else None
     tables = analyze_frame(attempts, design, stages=stage_ids, exhausted=exhausted)
-    validation = frame_of([{**reports[s].summary, "stage": s, "amendments": len(reports[s].summary["amendments"])}
-                         for s in stage_ids], VALIDATION_SCHEMA)
+    folders = {s.stage: os.path.relpath(s.folder, found.folder).replace(os.sep, "/") for s in found.stages}
+    validation = frame_of([{**reports[s].summary, "stage": s, "folder": folders[s],  # relative: no machine path
+                            "amendments": len(reports[s].summary["amendments"])} for s in stage_ids],
+                          VALIDATION_SCHEMA)
     return StudyAnalysis(
         study=found.study, prereg=found.prereg, alpha=design.alpha, validation=validation, attempts=attempts,
         q=tables.q, comparisons=tables.comparisons, breakeven=tables.breakeven, sensitivity=tables.sensitivity,
         power=tables.power, provenance=_provenance(found, frozen), folder=found.folder,
         amendments=amendments_table(frozen, {s.stage: s.frozen_sha256 for s in found.stages}),
+        statement=read_statement(found.prereg), hypotheses=hypotheses_table(design),
+        left_out=left_out_table(reports, stage_ids),
     )
 
 

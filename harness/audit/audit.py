@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +15,11 @@ from harness.audit.locate import PathArg, locate, study_design
 from harness.audit.oracle import Problem
 from harness.audit.stage import StageAudit, StageCheck, files_below
 from harness.errors import Refusal
+from harness.evidence.chain_read import read_log
+from harness.evidence.portable import machine_paths
 from harness.prereg.frozen import FrozenPrereg, check_frozen
 from harness.run.anchor_push import Pushed, read_pushed, resolve_remote
+from harness.run.layout import log_seed
 
 __all__ = ["Audit", "audit_results"]
 
@@ -73,6 +76,35 @@ class Audit:
         }
 
 
+def _records_provenance(study: str, stage: str, folder: str) -> bool:
+    """Whether the stage's run log records its provenance (a stage run since evidence became portable)."""
+    path = os.path.join(folder, "run.jsonl")
+    try:
+        return any(r.get("event") == "start" and "provenance" in r for r in read_log(path, log_seed(study, stage, "run")))
+    except (Refusal, OSError):
+        return False  # the stage's own checks name a broken or missing run log
+
+
+def _portable(study: str, stages: Sequence[tuple[str, str]], whole: str | None, problems: list[Problem],
+              weaker: list[str]) -> None:
+    """`absolute_path`: a file of a stage whose run records its provenance (or of the study folder beside
+    such stages) names a folder of this machine; in earlier evidence it is only a weaker guarantee."""
+    scans = [(folder, machine_paths(folder), _records_provenance(study, stage, folder)) for stage, folder in stages]
+    if whole is not None:
+        skip = [os.path.relpath(f, whole) for _, f in stages]
+        scans.append((whole, machine_paths(whole, skip=skip), any(new for _, _, new in scans)))
+    for folder, leaks, new in scans:
+        for leak in leaks:
+            message = (f"names an absolute path of the machine that wrote it ({leak.count} in the file, the "
+                       f"first {leak.path!r}); evidence must be portable (docs/evidence.md)")
+            if new:
+                problems.append(Problem(os.path.join(folder, leak.file), leak.line, "absolute_path", message))
+        if leaks and not new:
+            weaker.append(f"{len(leaks)} files of {os.path.basename(folder)} (written before evidence was "
+                          f"portable) name absolute paths of the machine that wrote them: "
+                          + ", ".join(leak.file for leak in leaks[:5]))
+
+
 def audit_results(path: PathArg, *, prereg: PathArg | None = None, root: PathArg | None = None) -> Audit:
     """Audit a study's results (RESULTS, RESULTS/<study> or a stage folder); see the module docstring.
 
@@ -124,6 +156,7 @@ def audit_results(path: PathArg, *, prereg: PathArg | None = None, root: PathArg
         if loose:
             weaker.append(f"{len(loose)} files of the study folder no anchor names: "
                           + ", ".join(os.path.relpath(p, study.folder) for p in loose[:10]))
+    _portable(study.study, study.stages, study.folder if study.whole else None, problems, weaker)
     if sandbox.get("none"):
         weaker.append(f"{sandbox['none']} receipts were verified without a sandbox (sandbox none)")
     if sandbox.get("unrecorded"):

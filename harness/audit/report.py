@@ -213,6 +213,13 @@ def _frame(folder: str, plan: Plan) -> tuple[pl.DataFrame, dict[str, int], list[
     return frame, unanswered, dropped
 
 
+def _by_system(plan: Plan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for req in plan.requests:  # plan order: the design's systems
+        counts[req.system] = counts.get(req.system, 0) + 1
+    return counts
+
+
 def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
     """Check a stage folder against its frozen preregistration, then score its standing finals.
 
@@ -243,6 +250,7 @@ def build_report(stage_folder: PathArg, *, prereg_dir: PathArg) -> Report:
         "study": plan.study,
         "stage": str(plan.header.get("stage") or os.path.basename(folder)),
         "cells": len(plan.requests),
+        "cells_by_system": _by_system(plan),
         "standing": frame.height,
         "not_standing": len(plan.requests) - frame.height - n_exhausted,
         "exhausted": n_exhausted,

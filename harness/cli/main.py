@@ -122,9 +122,15 @@ def _parser() -> _Parser:
     p.add_argument("results", metavar="RESULTS", help="RESULTS, RESULTS/<study> or one stage folder")
     p.add_argument("--prereg", help="the preregistration (default: found under prereg/ by the freeze's sha256)")
     p.add_argument("--out", help="the analysis folder (default: RESULTS/<study>/analysis)")
+    p.add_argument("--check", action="store_true",
+                   help="re-execute the analysis into a temporary folder and compare every anchored table and figure "
+                   "byte for byte, writing nothing; exit 1 naming each difference")
     p = add("batch", study.batch, "Run parameterised notebooks in order with papermill, stopping at the first failure "
             "(exit 1); FILE is JSON: {\"jobs\": [{\"notebook\", \"out\", \"parameters\", \"cwd\"}]}.")
     p.add_argument("file", metavar="FILE", help="the batch file (relative paths in it are taken from its folder)")
+    p = add("anchor-notebook", study.anchor_notebook, "Anchor a run notebook that a plain papermill command executed "
+            "in its stage's anchors.jsonl (an interrupted one is first kept as <stem>.interrupted-<n>.ipynb).")
+    p.add_argument("executed", metavar="EXECUTED", help="the executed copy papermill wrote")
 
     p = add("audit", study.audit, "Check that nothing in a study's results was altered: chains, the freeze, the plan, "
             "every runner invariant, receipt and anchor, every anchored notebook and output, the anchor remote; "

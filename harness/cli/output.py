@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from harness.errors import EXIT_FAILED, EXIT_OK
 
-__all__ = ["Outcome", "human", "print_json"]
+__all__ = ["Outcome", "human", "print_json", "text_table"]
 
 
 class Outcome(NamedTuple):
@@ -65,3 +65,32 @@ def _scalar(value: Any) -> str:
     if value == [] or value == {}:
         return "(none)"
     return str(value)
+
+
+def _rounded(value: Any, places: int | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if places is None:
+            return format(value, ".4g")
+        if value != 0 and abs(value) < 0.5 * 10 ** -places:
+            return format(value, ".1e")  # too small for the places: never shown as 0
+        return format(value, f".{places}f")
+    return str(value)
+
+
+def text_table(rows: list[dict[str, Any]], columns: list[str], places: dict[str, int] | None = None) -> str:
+    """Rows as aligned text for people: a header, a rule, numbers right-aligned and rounded to `places`
+    (column -> decimals; other floats to 4 significant digits). Full precision stays in `--json`."""
+    digits = places or {}
+    cells = [[_rounded(row.get(c), digits.get(c)) for c in columns] for row in rows]
+    numeric = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) for c in columns]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+
+    return "\n".join([line(columns), "  ".join("-" * w for w in widths), *(line(r) for r in cells)])

@@ -12,11 +12,12 @@ import os
 import sys
 from typing import Any
 
-from harness.cli.output import Outcome, print_json
+from harness.cli.output import Outcome, print_json, text_table
 from harness.errors import Code, LogRefusal
 
 __all__ = [
     "analyze",
+    "anchor_notebook",
     "audit",
     "batch",
     "ledger_repair",
@@ -35,8 +36,8 @@ __all__ = [
 def run(args: argparse.Namespace) -> Outcome:
     """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
     after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
+    from harness.cli.progress import ProgressDisplay
     from harness.run.runner import run_stage
-    from harness.run.summary import RunProgress
 
     if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
         from harness.workers.sandbox import SANDBOX_ENV, resolve_sandbox
@@ -44,13 +45,11 @@ def run(args: argparse.Namespace) -> Outcome:
         resolve_sandbox(args.sandbox)
         os.environ[SANDBOX_ENV] = args.sandbox
 
-    def show(p: RunProgress) -> None:
-        parts = [f"{s.system}: {s.items_admitted} admitted, {s.attempts} attempts, {s.standing}/{s.cells} stand, "
-                 f"${s.spend_usd:.6f}/${s.cap_usd:g} ({s.state})" for s in p.systems]
-        sys.stderr.write(f"[{p.stage}] total ${p.total_usd:.6f} / ceiling ${p.ceiling_usd:g}"
-                         f"{' CROSSED' if p.crossed else ''} | " + " | ".join(parts) + "\n")
+    show = None if args.json else ProgressDisplay(sys.stderr)
 
     def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
+        if show is not None:
+            show.close()
         if args.json:
             print_json(record)
         else:
@@ -66,10 +65,14 @@ def run(args: argparse.Namespace) -> Outcome:
         from harness.run.preflight import require_ready
 
         require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls))
-    summary = run_stage(
-        args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-        preflight=args.preflight, base_urls=base_urls, progress=None if args.json else show, on_exit=exit_now,
-    )
+    try:
+        summary = run_stage(
+            args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
+            preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
+        )
+    finally:  # always a final redraw, before the summary (or a refusal) is printed
+        if show is not None:
+            show.close()
     result = summary.to_json()
     if not args.json and not args.dry_run:
         result.pop("cells")
@@ -89,9 +92,14 @@ def report(args: argparse.Namespace) -> Outcome:
     summary["amendments"] = [f"{a['amendment']} ({a['at']}): {a['reason']}" for a in report.summary["amendments"]]
     summary["gos"] = [f"{g['go']} ({g['at']}) by {g['by']} under FROZEN.json {g['frozen_sha256'][:12]}"
                       + (f": {g['note']}" if g["note"] else "") for g in report.summary["gos"]]
-    shown = ("system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
-             "cost_per_pass_usd", "latency_median_s")
-    return Outcome.of({**summary, "q_table": [{k: row[k] for k in shown} for row in rows]})
+    summary["exhausted_cells"] = {s: f"{len(ids)} cell(s), never scored (run ids in --json)"
+                                  for s, ids in report.summary["exhausted_cells"].items()}
+    shown = ["system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+             "cost_per_pass_usd", "latency_median_s"]
+    places = {"pass_rate": 3, "wilson_low": 3, "wilson_high": 3, "cost_usd": 4, "cost_per_pass_usd": 4,
+              "latency_median_s": 2}
+    table = text_table(rows, shown, places) if rows else "(no scored cells)"
+    return Outcome.of({**summary, "q_table": table + "\n(money in USD, rounded: full precision in --json)"})
 
 
 def analyze(args: argparse.Namespace) -> Outcome:
@@ -102,6 +110,11 @@ def analyze(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(line)
         sys.stderr.flush()
 
+    if args.check:
+        from harness.notebooks.analyze import check_analysis
+
+        checked = check_analysis(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+        return Outcome.of(checked.to_json())
     got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
     if args.json:
         return Outcome.of(got)
@@ -124,7 +137,25 @@ def batch(args: argparse.Namespace) -> Outcome:
         sys.stderr.write(line)
         sys.stderr.flush()
 
-    return Outcome.of(run_batch(args.file, progress=None if args.json else show))
+    def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
+        if args.json:
+            print_json(record)
+        else:
+            sys.stderr.write(f"batch stopped at once by a second signal (exit {record['exit_code']}): "
+                             f"{record['note']}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    return Outcome.of(run_batch(args.file, progress=None if args.json else show, on_exit=exit_now))
+
+
+def anchor_notebook(args: argparse.Namespace) -> Outcome:
+    """`proctor anchor-notebook`: anchor a plain papermill run's executed copy (`harness.notebooks.stage`)."""
+    from harness.notebooks.stage import anchor_executed
+
+    got = anchor_executed(args.executed)
+    return Outcome.of({"ok": True, "notebook": got.path, "sha256": got.sha256, "interrupted": got.interrupted,
+                       "anchor": got.anchor})
 
 
 def audit(args: argparse.Namespace) -> Outcome:

@@ -26,6 +26,7 @@ from harness.errors import Refusal
 from harness.evals.verify_worker import DETAIL_LIMIT, PROTOCOL
 from harness.evidence.clock import utc_iso
 from harness.evidence.jsonio import sha256_hex
+from harness.evidence.portable import portable_value
 from harness.records.receipt import ITEM_RECEIPT_SCHEMA, ItemReceipt
 from harness.workers.sandbox import Sandbox, View, named_paths, resolve_sandbox
 
@@ -225,7 +226,7 @@ class WarmVerifier:
         if box.kind == "bwrap":
             env.update(HOME="/tmp", TMPDIR="/tmp")
         wrapped = box.wrap(argv, View(cwd="/tmp", readable=named_paths([self.python])), env)
-        self.sandbox_record = wrapped.record
+        self.sandbox_record = portable_value(wrapped.record)  # the receipt names no machine folder
         try:
             proc = subprocess.Popen(
                 wrapped.argv,

@@ -11,7 +11,10 @@ import stat
 
 from harness.errors import Code, GateRefusal
 
-__all__ = ["atomic_write", "ensure_private_dir", "fsync_dir"]
+__all__ = ["OUTPUT_CAP", "atomic_write", "cap_output", "ensure_private_dir", "fsync_dir"]
+
+OUTPUT_CAP = 8 << 20
+"""The bytes of a worker's or verifier's output that are kept: the head; the rest is cut and the cut recorded."""
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -70,3 +73,20 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> str:
     if stat.S_IMODE(st.st_mode) != 0o700:
         os.chmod(target, 0o700)
     return target
+
+
+def cap_output(path: str | os.PathLike[str], limit: int = OUTPUT_CAP) -> tuple[int, int | None]:
+    """Cut the output file at `path` to its first `limit` bytes: (bytes kept, bytes it had if it was cut).
+
+    A run's output is the proctor's own file, but a run may write without bound;
+    cutting it (and recording that) keeps every later check from failing on its size.
+    """
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size <= limit:
+            return size, None
+        os.ftruncate(fd, limit)
+        return limit, size
+    finally:
+        os.close(fd)

@@ -20,7 +20,7 @@ from typing import Final, TypeAlias
 from harness.errors import Code, Refusal, TreeRefusal
 from harness.evidence.tree_entry import TreeEntry, TreeSignature, signature_of
 
-__all__ = ["DEFAULT_EXCLUDES", "scan_tree", "tree_signature"]
+__all__ = ["DEFAULT_EXCLUDES", "MAX_FILE_BYTES", "scan_tree", "tree_signature"]
 
 PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
@@ -28,6 +28,9 @@ DEFAULT_EXCLUDES: tuple[str, ...] = ("__pycache__/", "*.pyc", ".pytest_cache/")
 """Exclusions used when a task names none."""
 
 _CHUNK: Final = 1 << 20
+MAX_FILE_BYTES: Final = 1 << 30
+"""A file whose apparent size is larger is refused (`tree_file_too_large`), never read: a sparse
+file of terabytes of holes would otherwise be hashed byte by byte. Matches a run's RLIMIT_FSIZE."""
 _KIND_OF_FMT: Final = {
     stat.S_IFREG: "file",
     stat.S_IFDIR: "dir",
@@ -210,6 +213,12 @@ def _read_file(scan: _Scan, dfd: int, name: bytes, path: bytes, st: os.stat_resu
         if not stat.S_ISREG(fst.st_mode) or fst.st_ino != st.st_ino or fst.st_dev != st.st_dev:
             raise scan.changed(path, "replaced during the scan")
         size = fst.st_size
+        if size > MAX_FILE_BYTES:
+            raise TreeRefusal(
+                Code.TREE_FILE_TOO_LARGE,
+                f"{size} bytes apparent size ({fst.st_blocks * 512} on disk), limit {MAX_FILE_BYTES}",
+                scan.where(path),
+            )
         try:
             if size < _CHUNK:
                 data = os.read(fd, size + 1)  # one read; the extra byte detects growth

@@ -25,6 +25,7 @@ from harness.gate.lanes import PRODUCTION_ENTRYPOINTS
 from harness.gate.metering import metering_proxy, socket_base_url
 from harness.gate.state import NESTED_ENV
 from harness.providers.catalog import load_catalog, resolve_model, worker_env
+from harness.workers.limits import resolve_limits
 from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
@@ -234,12 +235,12 @@ def delegate(
             program = find_program(argv[0], root, env)
             view = View(cwd=root, writable=(root,), readable=named_paths(argv, program) + readable,
                         placed=tuple(placed), withheld=(private,))  # fmt: skip
-            wrapped = box.wrap(argv, view, env)
+            wrapped = box.wrap(argv, view, env, resolve_limits())
             try:
                 if sandboxed and program is None:
                     raise FileNotFoundError(2, "No such file or directory", argv[0])
                 result = run_group(wrapped.argv, cwd=root, env=env, timeout_s=timeout_s, output_path=output_path,
-                                   sandboxed=wrapped.sandboxed)  # fmt: skip
+                                   sandboxed=wrapped.sandboxed, limits=wrapped.limits)  # fmt: skip
             except OSError as exc:
                 raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
         after = scan_tree(root, excludes=())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
-from harness.evidence.fsutil import atomic_write, ensure_private_dir
+from harness.evidence.fsutil import atomic_write, cap_output, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.tree import scan_tree, tree_signature
 from harness.evidence.tree_entry import TreeEntry, TreeSignature, diff_trees
@@ -28,6 +28,7 @@ from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
+from harness.workers.limits import resolve_limits
 from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
@@ -79,6 +80,27 @@ def _state_changes(gate: Gate, dispatch_id: str, before: dict[bytes, TreeEntry])
         return [exc.path or gate.state.root]
     paths = sorted({*diff.added, *diff.removed, *diff.changed})
     return [os.path.join(gate.state.root, os.fsdecode(p)) for p in paths]
+
+
+def _read_end(gate: Gate, output: str) -> tuple[TreeSignature | Refusal, str | None, int | None, int | None, str | None]:
+    """The tree the worker left (or the refusal scanning it), the output's sha256, bytes kept, bytes cut from, why not.
+
+    Never raises a refusal: the dispatch's end is journaled whatever the worker left.
+    """
+    errors: list[str] = []
+    tree: TreeSignature | Refusal
+    try:
+        tree = tree_signature(gate.workspace)
+    except Refusal as exc:
+        tree = exc
+        errors.append(f"tree: {exc.code}: {exc.message} ({exc.path})")
+    try:
+        kept, cut = cap_output(output)
+        digest: str | None = sha256_hex(read_bytes(output))
+    except (OSError, Refusal) as exc:
+        kept, cut, digest = None, None, None
+        errors.append(f"output: {exc}")
+    return tree, digest, kept, cut, "; ".join(errors) or None
 
 
 def _worker_vars(gate: Gate, dispatch_id: str, prompt_file: str, heartbeat: str) -> dict[str, str]:
@@ -263,7 +285,7 @@ def dispatch(
                 cwd=gate.workspace, writable=(gate.workspace,), readable=readable, placed=tuple(placed),
                 placed_writable=((beats, os.path.join(IN_SANDBOX, "heartbeat")),), withheld=withheld_paths(gate),
             )
-            wrapped = box.wrap(argv, view, env)
+            wrapped = box.wrap(argv, view, env, resolve_limits())
             if switch:
                 gate.record(switch[0])
             changed_provider = provider_switch(esc, started, lane, choice, dispatch_id)
@@ -295,30 +317,39 @@ def dispatch(
                     env=env,
                     timeout_s=budget.timeout_s,
                     output_path=output,
-                    sandboxed=wrapped.sandboxed,
+                    sandboxed=wrapped.sandboxed, limits=wrapped.limits,
                 )
             except OSError as exc:
                 gate.record(DispatchEnd(dispatch_id=dispatch_id, seq=seq, spawn_error=str(exc)))
                 raise GateRefusal(Code.WORKER_SPAWN_FAILED, f"cannot start the worker: {exc.strerror or exc}", argv[0]) from None
+        # The tamper and state checks first: nothing the worker left (a huge output, a
+        # sparse file, a tree that cannot be read) may keep them from being journaled.
         tampered = _state_changes(gate, dispatch_id, watched)
         wire, wire_forged = wire_end(metering) if "proxy" in metering else (None, None)
-        tree = tree_signature(gate.workspace)
-        end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
-        process = result.to_json()
-        gate.record(
-            DispatchEnd(
-                dispatch_id=dispatch_id,
-                seq=seq,
-                output_sha256=sha256_hex(read_bytes(output)),
-                tree_after=tree.digest,
-                provider_failure=is_provider_failure(end),
-                wire=wire,
-                detached_pids=tuple(process.pop("detached_pids")),
-                process=process,
+        try:
+            tree, output_sha256, kept, cut, end_error = _read_end(gate, output)
+            end = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+            process = result.to_json()
+            gate.record(
+                DispatchEnd(
+                    dispatch_id=dispatch_id,
+                    seq=seq,
+                    output_sha256=output_sha256,
+                    tree_after=None if isinstance(tree, Refusal) else tree.digest,
+                    provider_failure=is_provider_failure(end),
+                    wire=wire,
+                    detached_pids=tuple(process.pop("detached_pids")),
+                    process=process,
+                    output_bytes=kept,
+                    output_truncated_from=cut,
+                    end_error=end_error,
+                )
             )
-        )
-        if tampered or wire_forged:
-            _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
+        finally:
+            if tampered or wire_forged:
+                _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
+        if isinstance(tree, Refusal):
+            raise tree
     return DispatchResult(
         dispatch_id=dispatch_id,
         seq=seq,

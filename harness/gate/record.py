@@ -141,7 +141,9 @@ def _meter(
     for log, seen in zip(logs, checked, strict=True):
         if seen["lines"]:
             records.extend(read_wire(log["path"], log.get("name")))
-    pricing = load_pricing(pricing_path)
+    # The installed table (the bundled one) unless --pricing names a file; a named one is
+    # recorded by its absolute path, so the row never points at the working folder.
+    pricing = load_pricing(None if pricing_path is None else os.path.abspath(pricing_path))
     totals = meter_wire(records, pricing, _pricing_keys(gate, catalog_path))
     wire = WireMetering(
         wire_logs=tuple(checked),

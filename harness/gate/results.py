@@ -22,6 +22,7 @@ from harness.records.receipt import TestResults
 
 __all__ = [
     "REPORT_KIND",
+    "REPORT_LIMIT",
     "expected_tests",
     "judge_report",
     "plugin_module_name",
@@ -32,7 +33,8 @@ __all__ = [
 
 REPORT_KIND: Final = "pytest-proctor-report"
 _TEST_FILES: Final = ("test_*.py", "*_test.py")
-_REPORT_LIMIT: Final = 64 * 1024 * 1024
+REPORT_LIMIT: Final = 64 * 1024 * 1024
+"""Bytes of report read; a longer report fails."""
 
 
 def pytest_position(argv: Sequence[str]) -> int | None:
@@ -128,9 +130,9 @@ def judge_report(data: bytes, expected: Sequence[str], problems: Sequence[str] =
     started = ended = False
     tampered: list[str] = []
     problem = "; ".join(problems) or None
-    lines = data.split(b"\n") if len(data) <= _REPORT_LIMIT else []
-    if len(data) > _REPORT_LIMIT:
-        problem = problem or f"the report is larger than {_REPORT_LIMIT} bytes"
+    lines = data.split(b"\n") if len(data) <= REPORT_LIMIT else []
+    if len(data) > REPORT_LIMIT:
+        problem = problem or f"the report is larger than {REPORT_LIMIT} bytes"
     for n, raw in enumerate(lines, 1):
         if not raw.strip():
             continue

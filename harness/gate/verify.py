@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal
-from harness.evidence.fsutil import ensure_private_dir
+from harness.evidence.fsutil import cap_output, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.layout import lay_entry
 from harness.evidence.tree import scan_tree
@@ -26,6 +26,7 @@ from harness.gate.guards import (
     verification_input_changes,
 )
 from harness.gate.results import (
+    REPORT_LIMIT,
     expected_tests,
     judge_report,
     plugin_module_name,
@@ -39,6 +40,7 @@ from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.records.journal import TamperEvent, VerifyEvent
 from harness.records.receipt import Receipt, TestResults
+from harness.workers.limits import resolve_limits
 from harness.workers.process import ProcessResult, run_group
 from harness.workers.sandbox import (
     Sandbox,
@@ -121,14 +123,18 @@ def _run_verifier(
     env = sandbox_env(os.environ, given, sandboxed=box.kind == "bwrap")
     view = View(cwd=copy, writable=(copy,), readable=named_paths(argv, find_program(argv[0], copy, env)),
                 placed=placed, withheld=withheld_paths(gate))  # fmt: skip
-    wrapped = box.wrap(argv, view, env)
+    wrapped = box.wrap(argv, view, env, resolve_limits())
     try:
         result = run_group(wrapped.argv, cwd=copy, env=env, timeout_s=gate.task.budget.verify_timeout_s,
-                           output_path=output, sandboxed=wrapped.sandboxed, pass_fds=fds)  # fmt: skip
+                           output_path=output, sandboxed=wrapped.sandboxed, limits=wrapped.limits,
+                           pass_fds=fds)  # fmt: skip
     finally:
         for fd in fds:
             os.close(fd)
-    return result, wrapped, None if report is None else read_bytes(report)
+    if report is None:
+        return result, wrapped, None
+    with open(report, "rb") as fh:  # at most one byte over the limit: judged too large, never read whole
+        return result, wrapped, fh.read(REPORT_LIMIT + 1)
 
 
 def _fresh_copy(gate: Gate, current: Mapping[bytes, TreeEntry], dest: str, digest: str) -> None:
@@ -248,10 +254,12 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
                 again = os.path.join(work, "visible")
                 _fresh_copy(gate, current, again, tree.digest)
                 _run_verifier(gate, box, again, visible_output, None)
+                cap_output(visible_output)
                 visible_sha = sha256_hex(read_bytes(visible_output))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
+        _kept, cut = cap_output(output)  # code under test may print without bound: keep the head, record the cut
         output_bytes = read_bytes(output)
         # The failure's fingerprint drives escalation (harness.gate.escalation): the copy's
         # path differs per receipt and must not make the same failure look new.
@@ -274,6 +282,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             passed=passed,
             output_sha256=sha256_hex(output_bytes),
             output_bytes=len(output_bytes),
+            output_truncated_from=cut,
             fingerprint=failure_print,
             tamper_detected=bool(tampered),
             tampered_paths=tuple(tampered),

@@ -97,10 +97,15 @@ class PricingTable:
 # --- the strict YAML loader ------------------------------------------------------------
 
 
+_MAX_DEPTH = 64
+"""How deep a price list may nest (it needs 4); deeper is `pricing_yaml_invalid`, never a RecursionError."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader without the YAML features a price list never needs and a reviewer must not miss."""
 
     refuse_path: str | None = None
+    depth: int = 0
 
     def _refuse(self, code: Code, message: str, mark: Any) -> Refusal:
         line = None if mark is None else int(mark.line) + 1
@@ -116,7 +121,13 @@ class _StrictLoader(yaml.SafeLoader):
             raise self._refuse(Code.PRICING_YAML_FORBIDDEN, f"anchor &{event.anchor} is refused", event.start_mark)
         if getattr(event, "tag", None) is not None:
             raise self._refuse(Code.PRICING_YAML_FORBIDDEN, f"explicit tag {event.tag!r} is refused", event.start_mark)
-        return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > _MAX_DEPTH:  # the composer recurses: refuse before Python's stack runs out
+                raise self._refuse(Code.PRICING_YAML_INVALID, f"nested more than {_MAX_DEPTH} deep", event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, MappingNode):
@@ -155,6 +166,8 @@ def _parse_yaml(text: str, path: str | None) -> Any:
         raise MeterRefusal(Code.PRICING_YAML_INVALID, f"{exc.problem or exc.context}{where}", path) from None
     except yaml.YAMLError as exc:
         raise MeterRefusal(Code.PRICING_YAML_INVALID, str(exc), path) from None
+    except RecursionError:
+        raise MeterRefusal(Code.PRICING_YAML_INVALID, "nested too deeply", path) from None
     finally:
         loader.dispose()
 

@@ -16,23 +16,32 @@ from harness.errors import Code, InputRefusal, NotebookRefusal, Refusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.paths import repo_root, resolve
+from harness.evidence.portable import shown_path
 from harness.notebooks.display import Table
-from harness.notebooks.stage import anchor_outputs, run_papermill
+from harness.notebooks.stage import PapermillRun, anchor_outputs, run_papermill
+from harness.prereg.statement import NOT_STATED
 from harness.run.anchors import output_manifest_name
 
 if TYPE_CHECKING:
     import polars as pl
 
+    from harness.prereg.statement import PreregStatement
+
 __all__ = [
+    "AnalysisCheck",
     "AnalysisPaths",
+    "Difference",
     "Figure",
+    "Statement",
     "analysis_notebook",
     "analysis_paths",
     "analyze_results",
     "breakeven_lines",
+    "check_analysis",
     "figure",
     "frame_table",
     "outputs_table",
+    "statement",
     "verdict_lines",
 ]
 
@@ -48,7 +57,7 @@ _REASON: Final = "analysis"
 
 @dataclass(frozen=True)
 class AnalysisPaths:
-    """The folders an analysis reads and writes (absolute paths).
+    """The folders an analysis reads and writes (absolute paths; shown relative to `root`).
 
     Attributes:
         results: the results folder given (RESULTS, RESULTS/<study> or a stage folder).
@@ -58,6 +67,7 @@ class AnalysisPaths:
         out: the analysis folder (default `RESULTS/<study>/analysis`).
         tables: `<out>/tables`, one CSV per table.
         figures: `<out>/figures`, each figure as PNG and SVG.
+        root: the folder relative paths are taken from; the table shows every path relative to it.
     """
 
     results: str
@@ -67,6 +77,11 @@ class AnalysisPaths:
     out: str
     tables: str
     figures: str
+    root: str = ""
+
+    def shown(self, path: str) -> str:
+        """`path` as the notebook shows it: relative to `root` (never the machine's absolute path)."""
+        return shown_path(path, self.root or repo_root())
 
     def figure(self, stem: str) -> str:
         """The stem (`<out>/figures/<stem>`) a figure function writes `.png` and `.svg` to."""
@@ -74,17 +89,17 @@ class AnalysisPaths:
 
     def table(self) -> Table:
         """The paths as a two-column table."""
-        rows = [{"what": "study", "path": self.study}, {"what": "results", "path": self.results},
-                {"what": "preregistration", "path": self.prereg},
-                *({"what": "stage", "path": s} for s in self.stages),
-                {"what": "analysis folder", "path": self.out}]
+        rows = [{"what": "study", "path": self.study}, {"what": "results", "path": self.shown(self.results)},
+                {"what": "preregistration", "path": self.shown(self.prereg)},
+                *({"what": "stage", "path": self.shown(s)} for s in self.stages),
+                {"what": "analysis folder", "path": self.shown(self.out)}]
         return Table("What is analysed", tuple(rows))
 
 
-def _paths(found: StudyResults, results: str, out: str) -> AnalysisPaths:
+def _paths(found: StudyResults, results: str, out: str, root: str) -> AnalysisPaths:
     out_dir = out or os.path.join(found.folder, "analysis")
     return AnalysisPaths(results, found.prereg, found.study, tuple(s.folder for s in found.stages), out_dir,
-                         os.path.join(out_dir, "tables"), os.path.join(out_dir, "figures"))
+                         os.path.join(out_dir, "tables"), os.path.join(out_dir, "figures"), root)
 
 
 def analysis_paths(results: PathArg, *, out: PathArg = "", prereg: PathArg = "",
@@ -104,7 +119,7 @@ def analysis_paths(results: PathArg, *, out: PathArg = "", prereg: PathArg = "",
     base = os.path.abspath(os.fspath(root)) if root is not None else str(repo_root())
     results_dir = resolve(results, base)
     found = open_study(results_dir, prereg=resolve(prereg, base) if os.fspath(prereg) else None, root=base)
-    return _paths(found, results_dir, resolve(out, base) if os.fspath(out) else "")
+    return _paths(found, results_dir, resolve(out, base) if os.fspath(out) else "", base)
 
 
 def _shown(value: Any) -> Any:
@@ -142,7 +157,7 @@ class Figure:
         return read_bytes(next(p for p in self.paths if p.endswith(".png")), max_bytes=_MAX_OUTPUT_BYTES)
 
     def __repr__(self) -> str:
-        return "figure: " + ", ".join(self.paths)
+        return "figure: " + ", ".join(_in_analysis(p) for p in self.paths)
 
 
 def figure(paths: Iterable[str]) -> Figure:
@@ -150,11 +165,52 @@ def figure(paths: Iterable[str]) -> Figure:
     return Figure(tuple(paths))
 
 
+def _in_analysis(path: str) -> str:
+    """An output's path inside the analysis folder (`tables/q.csv`, `figures/forest.png`)."""
+    return "/".join([p for p in os.path.normpath(path).split(os.sep) if p][-2:])
+
+
 def outputs_table(tables: Mapping[str, str], figures: Iterable[str]) -> Table:
-    """The files an analysis wrote: each table (`write_tables`' name -> path) and each figure file."""
-    rows = [{"output": f"table {name}", "path": path} for name, path in tables.items()]
-    rows += [{"output": f"figure {os.path.basename(path)}", "path": path} for path in figures]
+    """The files an analysis wrote: each table (`write_tables`' name -> path) and each figure file, by its
+    path inside the analysis folder."""
+    rows = [{"output": f"table {name}", "path": _in_analysis(path)} for name, path in tables.items()]
+    rows += [{"output": f"figure {os.path.basename(path)}", "path": _in_analysis(path)} for path in figures]
     return Table("Outputs written (proctor analyze anchors their sha256 in every stage)", tuple(rows))
+
+
+@dataclass(frozen=True, repr=False)
+class Statement:
+    """What the study asks, from PREREG.md, shown as Markdown (the HTML export) and as text (logs).
+
+    Attributes:
+        markdown: the section as Markdown.
+    """
+
+    markdown: str
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown
+
+    def __repr__(self) -> str:
+        return self.markdown
+
+
+def _demoted(text: str) -> str:
+    """PREREG.md's own headings inside a section, moved below the notebook's (### and deeper)."""
+    return "\n".join(f"###{line}" if line.startswith("#") else line for line in text.splitlines())
+
+
+def statement(found: PreregStatement | None) -> Statement:
+    """The preregistration's title, research question and hypotheses (`analysis.statement`), each
+    section's text as written, or "not stated in PREREG.md" when it has no such section."""
+    if found is None:
+        return Statement("*The preregistration's PREREG.md was not read.*")
+    parts = [f"**{found.title}** (PREREG.md)" if found.title else "PREREG.md has no title"]
+    for name, text in (("Research question", found.question), ("Hypotheses", found.hypotheses)):
+        parts.append(f"### {name}")
+        parts.append(_demoted(text) if text else f"*{NOT_STATED} in PREREG.md* (no section headed "
+                                                 f"'{name.split()[-1]}')")
+    return Statement("\n\n".join(parts))
 
 
 # --------------------------------------------------------------------------
@@ -233,6 +289,16 @@ def _export_html(executed: str, html_path: str) -> None:
     atomic_write(html_path, body.encode("utf-8"), mode=0o644)
 
 
+def _execute(source: str, paths: AnalysisPaths, base: str) -> PapermillRun:
+    """Run the notebook with its kernel in `base` and every path parameter relative to it, so that the
+    executed notebook names no folder of this machine (docs/notebooks.md)."""
+    def rel(path: str) -> str:
+        return os.path.relpath(path, base).replace(os.sep, "/")
+
+    parameters = {"results": rel(paths.results), "out": rel(paths.out), "prereg": rel(paths.prereg), "root": "."}
+    return run_papermill(source, os.path.join(paths.out, "analysis.ipynb"), parameters, cwd=base)
+
+
 def _files(folder: str, suffixes: tuple[str, ...]) -> list[str]:
     if not os.path.isdir(folder):
         return []
@@ -303,13 +369,12 @@ def analyze_results(
     base = os.path.abspath(os.fspath(root)) if root is not None else str(repo_root())
     results_dir = os.path.abspath(os.fspath(results))
     found = open_study(results_dir, prereg=None if prereg is None else os.path.abspath(os.fspath(prereg)), root=base)
-    paths = _paths(found, results_dir, "" if out is None else os.path.abspath(os.fspath(out)))
+    paths = _paths(found, results_dir, "" if out is None else os.path.abspath(os.fspath(out)), base)
     source = analysis_notebook() if notebook is None else os.path.abspath(os.fspath(notebook))
     executed = os.path.join(paths.out, "analysis.ipynb")
     say(f"analysing study {found.study} ({len(found.stages)} stage(s)) with {source}\n"
         f"  running the notebook -> {executed} ...\n")
-    run = run_papermill(source, executed, {"results": results_dir, "out": paths.out, "prereg": found.prereg},
-                        cwd=_repository())
+    run = _execute(source, paths, base)
     if run.error is not None:
         anchored = _anchor_all(found, run.path, [], strict=False)
         ename, evalue = str(getattr(run.error, "ename", "")), str(getattr(run.error, "evalue", ""))
@@ -351,3 +416,166 @@ def analyze_results(
         "verdicts": verdict_lines(comparisons),
         "break_even": breakeven_lines(breakeven),
     }
+
+
+# --------------------------------------------------------------------------
+# proctor analyze --check
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One output that does not reproduce: its path inside the analysis folder and what differs."""
+
+    file: str
+    what: str
+
+
+@dataclass(frozen=True)
+class AnalysisCheck:
+    """`proctor analyze --check`: the analysis re-executed into a temporary folder, every anchored table
+    and figure compared byte for byte with the files and their anchored sha256 (the HTML shows paths
+    relative to the root it was made from, and the audit checks its sha256).
+
+    Attributes:
+        study: the study id.
+        out: the analysis folder checked (relative to the root).
+        compared: the outputs compared (paths inside the analysis folder).
+        differences: each output that differs, is missing or is not anchored; none when `ok`.
+    """
+
+    study: str
+    out: str
+    compared: tuple[str, ...]
+    differences: tuple[Difference, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "study": self.study, "out": self.out, "compared": list(self.compared),
+                "differences": [{"file": d.file, "what": d.what} for d in self.differences]}
+
+
+def _analysis_anchor(stage_folder: str, study: str, stage: str, out: str) -> tuple[int, dict[str, str]] | None:
+    """(line index, {path inside `out` -> sha256}) of the stage's latest analysis anchor naming `out`."""
+    from harness.evidence.chain_read import read_log
+    from harness.run.layout import log_seed
+
+    path = os.path.join(stage_folder, "anchors.jsonl")
+    if not os.path.lexists(path):
+        return None
+    prefix = output_manifest_name(stage_folder, os.path.join(out, "x"), "output")[:-1]
+    found = None
+    for index, record in enumerate(read_log(path, log_seed(study, stage, "anchors"))):
+        manifests = record.get("manifests") or {}
+        mine = {name[len(prefix):]: sha for name, sha in manifests.items() if name.startswith(prefix)}
+        if record.get("reason") == _REASON and mine:
+            found = (index, {k: v for k, v in mine.items() if isinstance(v, str)})
+    return found
+
+
+def _mirror(path: str, common: str, into: str) -> str:
+    """`path` under `into` as it lies under `common` (every folder an analysis names lies under it), so that
+    relative paths between them are kept."""
+    return os.path.join(into, os.path.relpath(path, common))
+
+
+def _csv_rows(data: bytes) -> list[bytes]:
+    return data.splitlines()
+
+
+def _what_differs(name: str, anchored: bytes, again: bytes) -> str:
+    if name.endswith(".csv"):
+        a, b = _csv_rows(anchored), _csv_rows(again)
+        rows = sorted({x.split(b",")[0].decode("utf-8", "replace") for x in set(a) ^ set(b)})
+        return (f"differs from the re-execution in {len(set(a) ^ set(b))} rows"
+                + (f" ({', '.join(rows[:6])})" if rows else ""))
+    return f"differs from the re-execution ({len(anchored)} bytes anchored, {len(again)} re-executed)"
+
+
+def check_analysis(
+    results: PathArg,
+    *,
+    prereg: PathArg | None = None,
+    out: PathArg | None = None,
+    root: PathArg | None = None,
+    progress: Callable[[str], None] | None = None,
+    notebook: PathArg | None = None,
+) -> AnalysisCheck:
+    """Re-execute the analysis of `results` into a temporary folder and compare every anchored output.
+
+    The stages and the preregistration are copied (each stage's anchors.jsonl cut before the analysis
+    anchor checked, as it was when the analysis ran); nothing is written into the evidence. Arguments
+    as `analyze_results`. Raises `open_study`'s refusals.
+    """
+    import shutil
+    import tempfile
+
+    from harness.evidence.chain_read import read_log
+    from harness.run.layout import log_seed
+
+    say = progress or (lambda _line: None)
+    base = os.path.abspath(os.fspath(root)) if root is not None else str(repo_root())
+    results_dir = os.path.abspath(os.fspath(results))
+    found = open_study(results_dir, prereg=None if prereg is None else os.path.abspath(os.fspath(prereg)), root=base)
+    paths = _paths(found, results_dir, "" if out is None else os.path.abspath(os.fspath(out)), base)
+    source = analysis_notebook() if notebook is None else os.path.abspath(os.fspath(notebook))
+    differences: list[Difference] = []
+    anchored: dict[str, str] = {}
+    cut: dict[str, int] = {}
+    for stage in found.stages:
+        got = _analysis_anchor(stage.folder, found.study, stage.stage, paths.out)
+        if got is None:
+            differences.append(Difference(paths.shown(stage.folder), f"stage {stage.stage} anchors no analysis of "
+                                                                     f"{paths.shown(paths.out)}"))
+            continue
+        cut[stage.folder] = got[0]
+        for name, sha in got[1].items():
+            if anchored.setdefault(name, sha) != sha:
+                differences.append(Difference(name, "the stages anchor different sha256 for it"))
+    if differences:
+        return AnalysisCheck(found.study, paths.shown(paths.out), (), tuple(differences))
+    common = os.path.commonpath([base, found.folder, found.prereg, paths.out])
+    with tempfile.TemporaryDirectory(prefix="proctor-check-") as into:
+        for stage in found.stages:
+            copy = _mirror(stage.folder, common, into)
+            shutil.copytree(stage.folder, copy, symlinks=True)
+            seed = log_seed(found.study, stage.stage, "anchors")
+            keep = read_log(os.path.join(stage.folder, "anchors.jsonl"), seed)[:cut[stage.folder]]
+            lines = read_bytes(os.path.join(stage.folder, "anchors.jsonl")).splitlines(keepends=True)
+            atomic_write(os.path.join(copy, "anchors.jsonl"), b"".join(lines[:len(keep)]), mode=0o644)
+        prereg_copy = _mirror(found.prereg, common, into)
+        shutil.copytree(found.prereg, prereg_copy, symlinks=True)
+        root_copy = _mirror(base, common, into)
+        os.makedirs(root_copy, exist_ok=True)
+        study_copy = _mirror(found.folder, common, into)
+        again = _paths(open_study(study_copy, prereg=prereg_copy, root=root_copy), study_copy,
+                       _mirror(paths.out, common, into), root_copy)
+        say(f"re-executing the analysis of study {found.study} in a temporary folder ...\n")
+        run = _execute(source, again, root_copy)
+        if run.error is not None:
+            what = f"{getattr(run.error, 'ename', '')}: {getattr(run.error, 'evalue', '')}"
+            return AnalysisCheck(found.study, paths.shown(paths.out), (),
+                                 (Difference("analysis.ipynb", f"the re-execution stopped: {what}"),))
+        made = {os.path.relpath(p, again.out).replace(os.sep, "/"): p
+                for p in [*_files(again.tables, (".csv",)), *_files(again.figures, (".png", ".svg"))]}
+        anchored = {k: v for k, v in anchored.items() if k.startswith(("tables/", "figures/"))}
+        for name in sorted(set(anchored) | set(made)):
+            here = os.path.join(paths.out, name)
+            if name not in made:
+                differences.append(Difference(name, "anchored but not made by the re-execution"))
+                continue
+            if name not in anchored:
+                differences.append(Difference(name, "made by the re-execution but not anchored"))
+                continue
+            if not os.path.isfile(here):
+                differences.append(Difference(name, "anchored but gone from the analysis folder"))
+                continue
+            data, fresh = read_bytes(here, max_bytes=_MAX_OUTPUT_BYTES), read_bytes(made[name], max_bytes=_MAX_OUTPUT_BYTES)
+            if sha256_hex(data) != anchored[name]:
+                differences.append(Difference(name, "its sha256 is not the anchored one"))
+            if data != fresh:
+                differences.append(Difference(name, _what_differs(name, data, fresh)))
+    say(f"  compared {len(made)} outputs: {len(differences)} differ\n")
+    return AnalysisCheck(found.study, paths.shown(paths.out), tuple(sorted(made)), tuple(differences))

@@ -5,8 +5,11 @@ The manual: docs/notebooks.md.
 
 from __future__ import annotations
 
+import contextlib
 import keyword
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ from typing import Any, Final
 
 from harness.errors import Code, NotebookRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes, read_json
+from harness.notebooks.stage import kernel_pid
 
 __all__ = ["BatchJob", "load_batch", "run_batch"]
 
@@ -145,14 +149,28 @@ def _error_fields(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
 
-def run_batch(path: PathArg, *, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_batch(
+    path: PathArg,
+    *,
+    progress: Callable[[str], None] | None = None,
+    on_exit: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run every job of the batch file at `path` in order, stopping at the first failure.
 
     Args:
         path: the batch file.
         progress: called with whole lines (ending in a newline): as a job starts
             (`[2/5] a.ipynb -> b.ipynb ...`) and as it ends (`[2/5] a.ipynb -> b.ipynb ... ok 3.2 s`,
-            `... FAILED ValueError`); whole lines, because the kernel writes to the same stderr.
+            `... FAILED ValueError`, `... INTERRUPTED StageInterrupted`); whole lines, because the kernel
+            writes to the same stderr.
+        on_exit: called with the stop record when a second signal exits the process at once
+            (with 128 + the signal number).
+
+    Signals (when called from the main thread): the first SIGINT/SIGTERM is forwarded to the
+    running kernel as an interrupt, which the run notebook turns into the runner's graceful
+    stop; the job ends interrupted (its executed copy kept as `<stem>.interrupted-<n>.ipynb`
+    and anchored), no later job runs, and the result has `stopped: interrupt`. A second
+    signal interrupts the kernel again (it exits at once) and ends this process at once.
 
     Returns:
         `{"ok": True, "batch", "jobs": [{job, notebook, out, sha256, anchored, seconds}]}`, or
@@ -163,34 +181,103 @@ def run_batch(path: PathArg, *, progress: Callable[[str], None] | None = None) -
         Refusal: a bad batch file (`load_batch`), before any job runs; an anchor that
             could not be written after a job succeeded (named with the job's number).
     """
-    from harness.notebooks.stage import execute_notebook
-
     batch = os.path.abspath(os.fspath(path))
     jobs = load_batch(batch)
-    say = progress or (lambda _line: None)
-    done: list[dict[str, Any]] = []
+    state = _BatchState(batch, len(jobs))
+    if threading.current_thread() is not threading.main_thread():
+        return _run_jobs(jobs, state, progress or (lambda _line: None))
+    outcome: list[dict[str, Any] | BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(_run_jobs(jobs, state, progress or (lambda _line: None)))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    def handler(signum: int, frame: Any) -> None:
+        state.signals += 1
+        for manager in list(state.kernels):
+            pid = kernel_pid(manager)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+        if state.signals >= 2:
+            try:
+                if on_exit is not None:
+                    on_exit(state.exit_record(signum))
+            finally:
+                os._exit(128 + signum)
+
+    worker = threading.Thread(target=target, name="proctor-batch", daemon=True)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        worker.start()
+        while worker.is_alive():
+            worker.join(timeout=0.2)
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+class _BatchState:
+    """What the signal handler needs: the kernels started, the signals seen, the jobs done."""
+
+    def __init__(self, batch: str, n_jobs: int) -> None:
+        self.batch = batch
+        self.n_jobs = n_jobs
+        self.kernels: list[Any] = []
+        self.signals = 0
+        self.done: list[dict[str, Any]] = []
+        self.job = 0
+
+    def exit_record(self, signum: int) -> dict[str, Any]:
+        return {"ok": False, "exit_code": 128 + signum, "batch": self.batch, "stopped": "second_signal",
+                "signum": signum, "job": self.job, "jobs": list(self.done),
+                "note": f"exited at once during job {self.job} of {self.n_jobs}: its kernel was interrupted "
+                        "twice and exits at once; run the batch again to resume the stage"}
+
+
+def _run_jobs(jobs: list[BatchJob], state: _BatchState, say: Callable[[str], None]) -> dict[str, Any]:
+    from harness.notebooks.stage import execute_and_anchor
+
+    done = state.done
     for job in jobs:
+        if state.signals:
+            return {"ok": False, "batch": state.batch, "jobs": done, "stopped": "interrupt",
+                    "message": f"interrupted before job {job.number} of {len(jobs)}; later jobs did not run"}
+        state.job = job.number
         head = f"[{job.number}/{len(jobs)}] {job.shown} ..."
         say(f"{head}\n")
         start = time.monotonic()
         try:
-            got = execute_notebook(job.notebook, job.out, job.parameters, cwd=job.cwd)
+            got = execute_and_anchor(job.notebook, job.out, job.parameters, cwd=job.cwd, kernels=state.kernels)
         except Refusal as exc:
             say(f"{head} REFUSED {exc.code}\n")
             raise Refusal(exc.code, f"job {job.number} ({job.shown}): {exc.message}", exc.path,
                           **{**exc.details, "job": job.number}) from None
-        except Exception as exc:  # papermill's execution error, a dead kernel, a missing kernel: the job failed
-            ename, evalue = _error_fields(exc)
-            say(f"{head} FAILED {ename}\n")
-            failed = {"job": job.number, "notebook": job.notebook,
-                      "executed": job.out if os.path.exists(job.out) else None,
-                      "ename": ename, "evalue": evalue}
-            return {"ok": False, "batch": batch, "jobs": done, "failed": failed,
-                    "message": f"job {job.number} of {len(jobs)} failed ({job.shown}): {ename}: "
-                               f"{evalue.splitlines()[0] if evalue else ''}; later jobs did not run"}
+        except Exception as exc:  # a dead kernel, a missing kernel: the job failed
+            return _failed(job, len(jobs), state, exc, job.out if os.path.exists(job.out) else None, say, head)
+        if got.error is not None:  # a cell raised (papermill's execution error)
+            return _failed(job, len(jobs), state, got.error, got.path, say, head)
         seconds = time.monotonic() - start
         say(f"{head} ok {seconds:.1f} s\n")
-        done.append({"job": job.number, "notebook": job.notebook, "out": got["notebook"], "sha256": got["sha256"],
-                     "anchored": got["anchor"] is not None, "seconds": round(seconds, 3)})
-    return {"ok": True, "batch": batch, "jobs": done}
+        done.append({"job": job.number, "notebook": job.notebook, "out": got.path, "sha256": got.sha256,
+                     "anchored": got.anchor is not None, "seconds": round(seconds, 3)})
+    return {"ok": True, "batch": state.batch, "jobs": done}
 
+
+def _failed(job: BatchJob, n_jobs: int, state: _BatchState, exc: BaseException, executed: str | None,
+            say: Callable[[str], None], head: str) -> dict[str, Any]:
+    ename, evalue = _error_fields(exc)
+    say(f"{head} {'INTERRUPTED' if state.signals else 'FAILED'} {ename}\n")
+    failed = {"job": job.number, "notebook": job.notebook, "executed": executed, "ename": ename, "evalue": evalue}
+    out = {"ok": False, "batch": state.batch, "jobs": state.done, "failed": failed,
+           "message": f"job {job.number} of {n_jobs} failed ({job.shown}): {ename}: "
+                      f"{evalue.splitlines()[0] if evalue else ''}; later jobs did not run"}
+    if state.signals:
+        out["stopped"] = "interrupt"
+    return out

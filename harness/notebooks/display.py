@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,11 @@ from harness.evidence.chain_read import read_log, verify_log
 from harness.run.layout import log_seed
 from harness.run.summary import RunProgress, RunSummary
 
-__all__ = ["Table", "anchors_table", "cells_table", "preflight_table", "progress_table", "summary_table"]
+__all__ = ["SCROLL_STYLE", "Table", "anchors_table", "cells_table", "preflight_table", "progress_table", "summary_table"]
+
+
+SCROLL_STYLE = "overflow-x: auto; max-width: 100%;"
+"""A table wider than the page scrolls inside its own box; the page itself never scrolls sideways."""
 
 
 def _cell(value: Any) -> str:
@@ -28,6 +33,17 @@ def _cell(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(_cell(v) for v in value) or "-"
     return str(value)
+
+
+_NUMBER = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
+
+
+def _td(value: Any) -> str:
+    """A cell: numbers right-aligned on one line, text left-aligned (it may wrap)."""
+    text = _cell(value)
+    number = (isinstance(value, (int, float)) and not isinstance(value, bool)) or bool(_NUMBER.fullmatch(text))
+    style = "text-align: right; white-space: nowrap;" if number else "text-align: left;"
+    return f'<td style="{style}">{html.escape(text)}</td>'
 
 
 @dataclass(frozen=True)
@@ -76,10 +92,10 @@ class Table:
     def _repr_html_(self) -> str:
         esc = html.escape
         head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{esc(_cell(row.get(c)))}</td>" for c in self.columns) + "</tr>"
-                       for row in self.rows)
+        body = "".join("<tr>" + "".join(_td(row.get(c)) for c in self.columns) + "</tr>" for row in self.rows)
         note = f"<p>{esc(self.note)}</p>" if self.note else ""
-        return f"<p><b>{esc(self.title)}</b></p><table><tr>{head}</tr>{body}</table>{note}"
+        return (f"<p><b>{esc(self.title)}</b></p><div class=\"proctor-table\" style=\"{SCROLL_STYLE}\">"
+                f"<table><tr>{head}</tr>{body}</table></div>{note}")
 
 
 def preflight_table(summary: RunSummary) -> Table:
@@ -136,7 +152,7 @@ def summary_table(summary: RunSummary) -> Table:
     title = (f"Summary ({summary.mode}) of study {summary.study} stage {summary.stage}: "
              f"{'complete' if summary.complete else 'not complete'}, exit code {summary.exit_code}")
     return Table(title, tuple(rows), note=f"spend ${p.total_usd:.4f} of ceiling ${p.ceiling_usd:.4f}; "
-                                          f"folder {summary.folder}")
+                                          f"folder RESULTS/{summary.study}/{summary.stage}")
 
 
 def cells_table(summary: RunSummary) -> Table:

@@ -205,6 +205,8 @@ def parse_catalog(data: bytes, path: str, *, source: str = "flag") -> Catalog:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # includes duplicate keys and redefined tables
         raise bad(f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses on nested arrays and inline tables
+        raise bad("not valid TOML: nested too deeply") from None
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
         raise bad(f"unknown top-level keys: {', '.join(unknown)} (expected [[model]] tables)")

@@ -37,7 +37,9 @@ PROVIDER_ERROR_CODES: Final = (
     "context_length", "content_filter", "malformed_response",
 )
 """The adapters' error codes (`harness.providers.base.ERROR_CODES`)."""
-HARNESS_ERROR_CODES: Final = ("AttemptDeadline", "budget_stop", "harness_error")
+HARNESS_ERROR_CODES: Final = ("AttemptDeadline", "budget_stop", "harness_error", "runner_lost")
+"""`runner_lost`: the runner died after an attempt's intent was written and before its outcome was;
+resolved on resume (class provider, retried as a transport failure; docs/run.md)."""
 ATTEMPT_ERROR_CODES: Final = PROVIDER_ERROR_CODES + HARNESS_ERROR_CODES
 NOT_SENT_CODES: Final = ("transport", "timeout")
 """The error codes an attempt whose request never left (`"sent": false`) may carry."""

@@ -96,7 +96,8 @@ class DispatchEnd(JournalEvent):
 
     KIND: ClassVar[str] = "dispatch_end"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"output_sha256", "tree_after", "provider_failure", "wire", "spawn_error", "process"}
+        {"output_sha256", "tree_after", "provider_failure", "wire", "spawn_error", "process", "output_bytes",
+         "output_truncated_from", "end_error"}
     )
     SPREAD: ClassVar[tuple[str, tuple[str, ...]] | None] = ("process", _PROCESS_KEYS)
     dispatch_id: str
@@ -108,6 +109,11 @@ class DispatchEnd(JournalEvent):
     spawn_error: str | None = None
     detached_pids: tuple[int, ...] = ()
     process: dict[str, Any] | None = None
+    output_bytes: int | None = None
+    output_truncated_from: int | None = None
+    """The output's size before it was cut to `OUTPUT_CAP` (docs/gated-path.md); None: not cut."""
+    end_error: str | None = None
+    """Why the tree after the run or the output could not be read (the dispatch is then refused)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
 _ADDED: Final = frozenset({"results", "suspicious_code", "visible_output_sha256"})
-_RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox"})  # absent from receipts made before they were recorded
+_RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox", "output_truncated_from"})  # absent from receipts made before they were recorded
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Receipt:
     started: float
     ended: float
     duration_s: float
+    output_truncated_from: int | None = None
+    """The output's size before it was cut to `OUTPUT_CAP` (docs/gated-path.md); None: not cut."""
     results: TestResults | None = None
     """The proctor's pytest report against the expected tests; None for a verifier that is not pytest."""
     suspicious_code: tuple[SuspiciousLine, ...] | None = None

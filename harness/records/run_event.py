@@ -24,6 +24,7 @@ from harness.records._shape import (
     optional_keys,
     shape_of,
 )
+from harness.records.provenance import Provenance
 
 __all__ = ["EVENT_FIELDS", "EVENT_TYPES", "OPTIONAL_FIELDS", "RUN_EVENTS", "RUN_EVENT_KIND", "STOP_CAUSES", "RunEvent"]
 
@@ -53,6 +54,8 @@ class StartEvent:
     # the run rules, for an oracle without the freeze (absent from logs written before they were recorded)
     reruns: int = 0
     transport_retries: int = 0
+    # the harness version and git commit it ran from (absent from logs written before it was recorded)
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,21 @@ class LateCostEvent:
 
 
 @dataclass(frozen=True)
+class IntentEvent:
+    """Written (fsynced) before a request is sent: the attempt it will be and the reserve it holds.
+
+    An attempt record of the same (run_id, rerun, attempt) resolves it; one left unresolved by a
+    crash is resolved on resume by a `runner_lost` attempt record (docs/run.md)."""
+
+    system: str
+    lane: int
+    run_id: str
+    rerun: int
+    attempt: int
+    reserve_usd: float
+
+
+@dataclass(frozen=True)
 class EndEvent:
     exit_code: int
     complete: bool
@@ -139,7 +157,7 @@ class AnchorPushEvent:
 EVENT_TYPES: Final[Mapping[str, type]] = {
     "start": StartEvent, "attempt": AttemptEvent, "lane": LaneEvent, "stop": StopEvent, "pause": PauseEvent,
     "resume_paused": ResumePausedEvent, "signal": SignalEvent, "ceiling": CeilingEvent,
-    "late_cost": LateCostEvent, "end": EndEvent, "anchor_push": AnchorPushEvent,
+    "late_cost": LateCostEvent, "intent": IntentEvent, "end": EndEvent, "anchor_push": AnchorPushEvent,
 }
 """Every event and the dataclass declaring its fields."""
 EVENT_FIELDS: Final[Mapping[str, Shape]] = {

@@ -59,8 +59,10 @@ class EngineCore:
         self.attempt_lines = ledger.attempt_lines
         self.spend = dict(ledger.spend)
         self.spend_parts = {k: list(v) for k, v in ledger.spend_parts.items()}
-        self.under_way = dict.fromkeys(setup.systems, 0)
-        self.admitted = dict.fromkeys(setup.systems, 0)  # this invocation's admissions
+        self.under_way = dict.fromkeys(setup.systems, 0)  # attempts admitted whose record is not yet written
+        self.admitted = dict.fromkeys(setup.systems, 0)  # this invocation's admitted items
+        self.admitted_now: dict[str, set[str]] = {s: set() for s in setup.systems}
+        self.refused_lanes: set[tuple[str, int]] = set()  # lanes whose admission refused in this invocation
         self.admitted_items: dict[str, set[str]] = {s: set() for s in setup.systems}  # every invocation's
         for a in ledger.admissions:
             if a["decision"] == "admit" and a["system"] in self.admitted_items:
@@ -128,26 +130,29 @@ class EngineCore:
             if self.ceiling_event is not None:
                 self.ceiling_event.set()
 
-    def admit(self, system: str, item: str, lane: int) -> bool:
-        with self.lock:
-            if self.interrupted or system in self.stopped or system in self.paused:
-                return False  # not a decision: the lane is over
-            inputs = AdmissionInputs(
-                system=system, item=item, lane=lane, finished_usd=self.spend[system], reserve_usd=self.reserve,
-                under_way=self.under_way[system] + 1, cap_usd=self.s.design.system(system).cap_usd,
-                refused_before=system in self.refused_before, total_usd=self.total(), ceiling_usd=self.ceiling,
-                crossed=self.crossed,
-            )
-            self.logs["admission"].append(admission_record(inputs, self.clock.now()).to_json())
-            decision, _ = admission_decision(inputs)
-            if decision == "admit":
-                self.under_way[system] += 1
+    def _admit_locked(self, system: str, item: str, lane: int, attempt: tuple[str, int, int]) -> bool:
+        """Admit one attempt (run_id, rerun, attempt) under the lock: the decision is logged, and an admitted
+        attempt holds the reserve (`under_way`) until its record is written. Every attempt is admitted,
+        reruns and transport retries too, so the caps count attempts under way, not items."""
+        inputs = AdmissionInputs(
+            system=system, item=item, lane=lane, finished_usd=self.spend[system], reserve_usd=self.reserve,
+            under_way=self.under_way[system] + 1, cap_usd=self.s.design.system(system).cap_usd,
+            refused_before=system in self.refused_before, total_usd=self.total(), ceiling_usd=self.ceiling,
+            crossed=self.crossed,
+        )
+        self.logs["admission"].append(admission_record(inputs, self.clock.now(), attempt).to_json())
+        decision, _ = admission_decision(inputs)
+        if decision == "admit":
+            self.under_way[system] += 1
+            if item not in self.admitted_now[system]:
+                self.admitted_now[system].add(item)
                 self.admitted[system] += 1
-                self.admitted_items[system].add(item)
-                return True
-            self.refused_before.add(system)
-            self.refused[system] += 1
-            return False
+            self.admitted_items[system].add(item)
+            return True
+        self.refused_before.add(system)
+        self.refused_lanes.add((system, lane))
+        self.refused[system] += 1
+        return False
 
     # ---- progress
 
@@ -160,7 +165,8 @@ class EngineCore:
                      "refused" if s in self.refused_before else "stopped" if s in self.stopped else "running")
             out.append(SystemProgress(s, len(self.admitted_items[s]), self.refused[s], self.attempts[s], standing,
                                       len(cells), self.spend[s], self.s.design.system(s).cap_usd, state,
-                                      items_admitted_now=self.admitted[s]))
+                                      items_admitted_now=self.admitted[s],
+                                      items=len({c.request.item for c in cells})))
         return tuple(out)
 
     def progress(self) -> RunProgress:

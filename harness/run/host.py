@@ -42,7 +42,8 @@ def _pressure() -> dict[str, str] | None:
 
 
 def host_sample(at: float, reason: str, disk_path: str) -> dict[str, Any]:
-    """One `host-sample.v1` record (without chain fields), taken now."""
+    """One `host-sample.v1` record (without chain fields), taken now; the disk is `disk_path`'s (the stage
+    folder), recorded as "." so that the record names no folder of the machine."""
     errors: list[str] = []
     wall, monotonic = time.time(), time.monotonic()
     load: list[float] | None
@@ -61,10 +62,10 @@ def host_sample(at: float, reason: str, disk_path: str) -> dict[str, Any]:
     disk: dict[str, Any] | None
     try:
         st = os.statvfs(disk_path)
-        disk = {"path": disk_path, "total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+        disk = {"path": ".", "total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
     except OSError as exc:
         disk = None
-        errors.append(f"disk: {exc}")
+        errors.append(f"disk: {exc.strerror or type(exc).__name__}")
     return HostSample(at, wall, monotonic, reason, load, memory, pressure, disk, errors).to_json()
 
 

@@ -1,6 +1,7 @@
-"""The lanes: each system's lanes take their items in plan order, admit each, run its cells in arm
-order and then the reruns they ask for; an attempt is sent, metered, recorded and logged, or
-abandoned at the deadline or the ceiling (its spend then arrives as a late cost).
+"""The lanes: each system's lanes take their items in plan order, run each item's cells in arm order
+and then the reruns they ask for. Every attempt is admitted (its reserve held while it is under way)
+and its intent written before it is sent; it is then metered, recorded and logged, or abandoned at
+the deadline or the ceiling (its spend then arrives as a late cost).
 
 The manual: docs/run.md.
 """
@@ -30,7 +31,8 @@ class Lanes(Finals):
 
     # ---- records
 
-    def _append_attempt_locked(self, cell: PlanCell, record: dict[str, Any], lane: int) -> tuple[int, str]:
+    def _append_attempt_locked(self, cell: PlanCell, record: dict[str, Any], lane: int, *,
+                               recovered: bool = False) -> tuple[int, str]:
         written = self.logs["attempts"].append(record)
         self.attempt_lines += 1
         line, sha = self.attempt_lines, sha256_hex(canonical_bytes(written))
@@ -40,7 +42,7 @@ class Lanes(Finals):
         self._event_locked("attempt", system=cell.system, lane=lane, run_id=cell.run_id, rerun=record["rerun"],
                            attempt=record["attempt"], attempts_line=line, attempt_sha256=sha,
                            started=record["started"], ended=record["ended"], cost_usd=record["cost_usd"],
-                           **{"class": classify(record)})
+                           **{"class": classify(record)}, **({"recovered": True} if recovered else {}))
         self.ledger.logged_attempt_lines.add(line)
         self._breaker_locked(cell, record)
         self._add_spend_locked(cell.system, record["cost_usd"])
@@ -77,8 +79,12 @@ class Lanes(Finals):
         model = self.s.models[r.system]
         credential = os.environ.get(model.credential_env) if model.credential_env else None
         with self.lock:
-            if self.halted(r.system):
+            if self.halted(r.system) or not self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
                 return None
+            # the intent, fsynced before the request leaves: a crash from here on leaves it to be
+            # resolved on resume at the reserve (or its true cost from the wire log)
+            self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
+                               attempt=number, reserve_usd=self.reserve)
             started = self.clock.now()
         assert self.transport is not None and self.ceiling_event is not None
         send = asyncio.ensure_future(self.transport.asend(request, credential))
@@ -95,6 +101,7 @@ class Lanes(Finals):
                 ended = self.clock.now()
                 record.update(rerun=rerun, started=started, ended=ended, latency_s=ended - started)
                 self._append_attempt_locked(r, record, lane)
+                self.under_way[r.system] -= 1
             return record
         code = "budget_stop" if self.ceiling_event.is_set() else "AttemptDeadline"
         self.abandoned.add(send)
@@ -110,6 +117,7 @@ class Lanes(Finals):
             )
             record["rerun"] = rerun
             self._append_attempt_locked(r, record, lane)
+            self.under_way[r.system] -= 1
         return record
 
     def _late(self, task: asyncio.Task[Exchange], r: PlanCell, rerun: int, number: int) -> None:
@@ -160,21 +168,20 @@ class Lanes(Finals):
             if self.halted(system):
                 cause = "interrupt" if self.interrupted else ("paused" if system in self.paused else "stopped")
                 break
-            if not self.admit(system, cells[0].request.item, lane):
-                cause = "refused" if system in self.refused_before else "stopped"
+            for c in cells:
+                await self.run_cell(c, lane)
+                if (system, lane) in self.refused_lanes:
+                    break
+            while not self.halted(system) and (system, lane) not in self.refused_lanes:  # reruns, in passes
+                todo = [c for c in cells if c.last_final is not None and c.last_final.action == "rerun"]
+                if not todo:
+                    break
+                for c in todo:
+                    await self.run_cell(c, lane)
+                    if (system, lane) in self.refused_lanes:
+                        break
+            if (system, lane) in self.refused_lanes:
+                cause = "refused"
                 self.report()
                 break
-            self.report()
-            try:
-                for c in cells:
-                    await self.run_cell(c, lane)
-                while not self.halted(system):  # reruns, in passes
-                    todo = [c for c in cells if c.last_final is not None and c.last_final.action == "rerun"]
-                    if not todo:
-                        break
-                    for c in todo:
-                        await self.run_cell(c, lane)
-            finally:
-                with self.lock:
-                    self.under_way[system] -= 1
         self.event("lane", system=system, lane=lane, what="end", cause=cause)

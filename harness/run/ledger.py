@@ -86,6 +86,9 @@ class Ledger:
     spend_parts: dict[str, list[float]]
     late_costs: int
     last_time: float
+    unresolved: list[dict[str, Any]] = field(default_factory=list)
+    """Intent events no attempt record resolves (a crash between the intent and the outcome), in log
+    order; the next invocation resolves each (`Upkeep.recover`) before it starts."""
 
     def paused(self, system: str) -> bool:
         state = False
@@ -177,6 +180,7 @@ def load_ledger(
     logged: set[int] = set()
     spend = {r.system: 0.0 for r in requests}
     late: list[tuple[str, float]] = []
+    intents: list[tuple[int, dict[str, Any]]] = []
     last = 0.0
     for line, e in enumerate(events, start=1):
         if _repair(e):
@@ -190,6 +194,8 @@ def load_ledger(
             logged.add(int(e["attempts_line"]))
         elif event.event == "late_cost":
             late.append((str(e["system"]), cost_for_spend(e["cost_usd"], reserve_usd)))
+        elif event.event == "intent":
+            intents.append((line, e))
     for rid, rec, _ in by_line.values():
         spend[cells[rid].request.system] += 0.0  # keep every system present
         last = max(last, float(rec["ended"]))
@@ -202,7 +208,31 @@ def load_ledger(
     admissions = _read(folder, "admission", study, stage)
     for a in admissions:
         last = max(last, float(a.get("at", 0.0)))
-    return Ledger(cells, len(attempts), head, len(finals), events, admissions, logged, spend, parts, len(late), last)
+    unresolved = _unresolved(rpath, intents, cells, by_line)
+    return Ledger(cells, len(attempts), head, len(finals), events, admissions, logged, spend, parts, len(late), last,
+                  unresolved)
+
+
+def _unresolved(path: str, intents: list[tuple[int, dict[str, Any]]], cells: dict[str, CellState],
+                by_line: dict[int, tuple[str, dict[str, Any], str]]) -> list[dict[str, Any]]:
+    """The intents no attempt record resolves; each must name its cell's next attempt (`run_log_invalid`)."""
+    recorded = {(rid, rec["rerun"], rec["attempt"]) for rid, rec, _ in by_line.values()}
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, int, int]] = set()
+    for line, e in intents:
+        key = (str(e["run_id"]), int(e["rerun"]), int(e["attempt"]))
+        if key in seen:
+            raise refusal(Code.RUN_LOG_INVALID, f"a second intent for {key}", path, line)
+        seen.add(key)
+        if key in recorded:
+            continue
+        cell = cells.get(key[0])
+        if cell is None or cell.request.system != e["system"] or cell.standing or (key[1], key[2]) != (
+                cell.rerun, cell.next_attempt()) or any(u["run_id"] == key[0] for u in out):
+            raise refusal(Code.RUN_LOG_INVALID, f"an unresolved intent for {key} that is not its cell's next "
+                          "attempt", path, line)
+        out.append(e)
+    return out
 
 
 def _check_final(

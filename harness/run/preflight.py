@@ -107,7 +107,8 @@ def preflight(
     except (VerifierUnavailable, OSError) as exc:
         problem("verifier", f"the verifier does not start: {exc}")
     systems = tuple(SystemProgress(s, 0, 0, 0, 0, sum(1 for r in setup.requests if r.system == s),
-                                   0.0 if ledger is None else ledger.spend[s], d.system(s).cap_usd, "preflight")
+                                   0.0 if ledger is None else ledger.spend[s], d.system(s).cap_usd, "preflight",
+                                   items=len({r.item for r in setup.requests if r.system == s}))
                     for s in setup.systems)
     prog = RunProgress(d.study_id, stage, total, b.ceiling_usd, False, systems)
     ok = not problems

@@ -40,7 +40,7 @@ STATES: Final = ("delivered", "pending", "exhausted", "final_error")
 MAX_TRANSPORT_RETRIES: Final = 3
 """At most three transport retries: four attempts in all."""
 
-TRANSPORT_CODES: Final = ("transport", "timeout", "rate_limited", "server_error")
+TRANSPORT_CODES: Final = ("transport", "timeout", "rate_limited", "server_error", "runner_lost")
 ERROR_CLASSES: Final[Mapping[str, str]] = {
     **dict.fromkeys(TRANSPORT_CODES, "provider"),
     **dict.fromkeys(("auth", "billing", "quota"), "operator"),

@@ -80,7 +80,8 @@ def run_ended(attempt: Mapping[str, Any], transport_retries: int) -> bool:
 
 @dataclass(frozen=True)
 class AdmissionInputs:
-    """What one admission decision is made from (all logged with it)."""
+    """What one admission decision is made from (all logged with it). `under_way` counts the system's
+    attempts under way, this one included (each holds the reserve until its record is written)."""
 
     system: str
     item: str
@@ -110,15 +111,18 @@ def admission_decision(inputs: AdmissionInputs) -> tuple[str, str]:
     return "admit", "within_cap"
 
 
-def admission_record(inputs: AdmissionInputs, at: float) -> Admission:
-    """The `admission.v1` record for `inputs` (decision included)."""
+def admission_record(inputs: AdmissionInputs, at: float,
+                     attempt: tuple[str, int, int] | None = None) -> Admission:
+    """The `admission.v1` record for `inputs` (decision included), naming the attempt (run_id, rerun,
+    attempt) it is for."""
     decision, reason = admission_decision(inputs)
+    run_id, rerun, number = (None, None, None) if attempt is None else attempt
     return Admission(
         system=inputs.system, item=inputs.item, lane=inputs.lane, finished_usd=inputs.finished_usd,
         reserve_usd=inputs.reserve_usd, under_way=inputs.under_way, projected_usd=inputs.projected_usd,
         cap_usd=inputs.cap_usd, refused_before=inputs.refused_before,
         ceiling=CeilingState(inputs.total_usd, inputs.ceiling_usd, inputs.crossed),
-        decision=decision, reason=reason, at=at,
+        decision=decision, reason=reason, at=at, run_id=run_id, rerun=rerun, attempt=number,
     )
 
 

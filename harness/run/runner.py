@@ -23,11 +23,12 @@ from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
 from harness.prereg.go import go_problem
 from harness.providers.transport import Transport
+from harness.records.provenance import current_provenance
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
 from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
 from harness.run.summary import RunProgress, RunSummary
-from harness.run.upkeep import Upkeep, deferred_signals
+from harness.run.upkeep import Interrupts, Upkeep, deferred_signals
 
 __all__ = ["run_stage"]
 
@@ -115,6 +116,7 @@ def run_stage(
     base_urls: Mapping[str, str] | None = None,
     progress: Callable[[RunProgress], None] | None = None,
     on_exit: Callable[[dict[str, Any]], None] | None = None,
+    interrupts: Interrupts | None = None,
 ) -> RunSummary:
     """Run (or continue) one stage of a frozen preregistration into `results_dir/<study>/<stage>/`.
 
@@ -129,6 +131,8 @@ def run_stage(
         progress: called (on the runner's thread) after every admission, attempt and final.
         on_exit: called with the exit record (`Upkeep.exit_record`) when a second signal
             exits the process at once; the process then ends with 128 + the signal number.
+        interrupts: signals delivered from another thread (a kernel's KeyboardInterrupt, when
+            this call runs on a worker thread): the same first and second signal as SIGINT.
 
     Returns:
         The summary; `exit_code` 0 only when every cell of the stage has a standing final.
@@ -166,6 +170,7 @@ def run_stage(
                          plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
                          spend_before_usd=d.budgets.spend_before_usd, reruns=d.run.reruns,
                          transport_retries=d.run.transport_retries,
+                         provenance=current_provenance().to_json(),
                          systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
                                   for s in setup.systems])
             if resume_paused:
@@ -174,9 +179,13 @@ def run_stage(
                 engine.paused.clear()
             engine.sample("start")
         engine.take_pending_signals()
+        if interrupts is not None:
+            interrupts.attach(engine)
         _run_loop(engine)
         with deferred_signals(engine):
             engine.sample("end")
+            if interrupts is not None:
+                interrupts.detach()
             engine.take_pending_signals()
             cells = _cells_summary(ledger, engine)
             complete = all(c["state"] == "standing" for c in cells)

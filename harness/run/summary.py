@@ -17,7 +17,8 @@ class SystemProgress:
     `items_admitted` (distinct items ever admitted), `attempts` and `spend_usd` count
     every invocation of the stage, so a resume that only completes what an earlier
     invocation admitted does not read as "nothing admitted"; `items_admitted_now`
-    and `items_refused` count this invocation's admission decisions.
+    and `items_refused` count this invocation's admission decisions; `items` is how many
+    items the stage holds for the system (what `items_admitted` counts toward).
     """
 
     system: str
@@ -30,6 +31,7 @@ class SystemProgress:
     cap_usd: float
     state: str  # running | paused | stopped | refused | done
     items_admitted_now: int = 0
+    items: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -12,20 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
+from harness.evidence.jsonio import sha256_hex
+from harness.meter.cost import Cost, meter
+from harness.meter.wire import WireRecord, read_wire
 from harness.run import anchor_push
 from harness.run import anchors as anchors_mod
 from harness.run import host as host_mod
+from harness.run.attempts import error_attempt
 from harness.run.lanes import Lanes
 from harness.run.layout import log_seed
 from harness.run.rules import classify
 
-__all__ = ["Upkeep", "deferred_signals"]
+__all__ = ["Interrupts", "Upkeep", "deferred_signals"]
+
+_TORN_WRITE: Final = re.compile(r"\..+\.tmp-[0-9]+")
+"""`harness.evidence.fsutil.atomic_write`'s temporary file, left behind by a kill before its rename."""
 
 
 class Upkeep(Lanes):
@@ -82,6 +90,7 @@ class Upkeep(Lanes):
         """Commit and push one snapshot in the background; the outcome goes to the run log."""
         design = self.s.design
         target = f"{self.study}/{self.stage}"
+        registered = remote
         if not os.path.isabs(remote) and "://" not in remote:
             remote = os.path.normpath(os.path.join(os.path.dirname(design.path), remote))
         try:
@@ -90,6 +99,12 @@ class Upkeep(Lanes):
             )
         finally:
             shutil.rmtree(snapshot, ignore_errors=True)
+        # the run log names the remote as registered (relative to the preregistration), never this machine's folders
+        named = {remote: registered, clone: "<clone>", snapshot: "<snapshot>", self.s.folder: "."}
+        for key in ("remote", "error"):
+            if isinstance(outcome.get(key), str):
+                for path, name in sorted(named.items(), key=lambda kv: -len(kv[0])):
+                    outcome[key] = outcome[key].replace(path, name)
         self.event("anchor_push", reason=reason, **outcome)
 
     def join_pushes(self) -> None:
@@ -132,9 +147,12 @@ class Upkeep(Lanes):
             self._stop_locked(None, "interrupt", f"signal {signum}")
 
     def recover(self) -> None:
-        """Repair what a crash left between appends: attempt lines missing from run.jsonl, and the pause
+        """Repair what a crash left between appends: an atomic write's temporary file, attempt lines missing
+        from run.jsonl, intents without an outcome (resolved by a `runner_lost` attempt), and the pause
         event of a pause final (logged `recovered: true`)."""
         with self.lock:
+            self._remove_torn_writes()
+            self._resolve_intents_locked()
             for c in self.ledger.cells.values():
                 for runs in c.attempts.values():
                     for line, rec, sha in runs:
@@ -157,6 +175,63 @@ class Upkeep(Lanes):
                 self.paused.add(c.request.system)
 
 
+    def _remove_torn_writes(self) -> None:
+        """Remove what a kill left of an atomic write in archive/ and receipts/ (a `.NAME.tmp-PID` file that
+        was never renamed into place): never evidence, and the write is redone when its run is."""
+        for sub in ("archive", "receipts"):
+            folder = os.path.join(self.s.folder, sub)
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                if _TORN_WRITE.fullmatch(name) and os.path.isfile(os.path.join(folder, name)):
+                    os.unlink(os.path.join(folder, name))
+
+    def _resolve_intents_locked(self) -> None:
+        """Each intent no attempt record resolves (the runner died with its request under way) becomes a
+        `runner_lost` attempt: class provider, retried as a transport failure (it uses up a transport
+        retry), costing its true cost when the wire log holds the exchange, else "unknown" (the reserve).
+        It counts toward its system's cap and the ceiling like any attempt."""
+        if not self.ledger.unresolved:
+            return
+        wire = self._unclaimed_wire()
+        for e in self.ledger.unresolved:
+            state = self.ledger.cells[str(e["run_id"])]
+            r = state.request
+            found = wire.get(r.request_sha256)
+            cost = Cost(None, status="usage_unknown", reason="the runner died with the request under way")
+            message = "the runner died after the intent was written, before the outcome was: resolved on resume"
+            usage = None
+            if found:
+                exchange = found.pop()
+                got = meter(exchange.usage, self.s.prices[r.system])
+                if got.total is not None:
+                    cost, usage = got, exchange.usage
+                message += " (its exchange is in the wire log)"
+            record = error_attempt(r, int(e["attempt"]), error_code="runner_lost", error_message=message,
+                                   started=float(e["at"]), ended=self.clock.now(), cost=cost, usage=usage)
+            record["rerun"] = int(e["rerun"])
+            self._append_attempt_locked(r, record, int(e["lane"]), recovered=True)
+        self.ledger.unresolved = []
+
+    def _unclaimed_wire(self) -> dict[str, list[WireRecord]]:
+        """The wire log's exchanges no attempt record or late cost accounts for, by request sha256
+        (a crash between appending the exchange and its attempt record leaves one)."""
+        path = os.path.join(self.s.folder, "wire.jsonl")
+        if not os.path.exists(path):
+            return {}
+        claimed: dict[str, int] = {}
+        for c in self.ledger.cells.values():
+            n = sum(1 for runs in c.attempts.values() for _, rec, _ in runs
+                    if rec.get("error_code") not in ("AttemptDeadline", "budget_stop", "runner_lost"))
+            claimed[c.request.request_sha256] = n
+        for e in self.ledger.run_events:
+            if e["event"] == "late_cost" and e.get("wire_line") is not None:
+                sha = self.ledger.cells[str(e["run_id"])].request.request_sha256
+                claimed[sha] = claimed.get(sha, 0) + 1
+        by_sha: dict[str, list[WireRecord]] = {}
+        for rec in read_wire(path, f"{self.study}:{self.stage}"):
+            by_sha.setdefault(sha256_hex(rec.request_body), []).append(rec)
+        return {sha: recs[claimed.get(sha, 0):] for sha, recs in by_sha.items() if len(recs) > claimed.get(sha, 0)}
+
+
 @contextlib.contextmanager
 def deferred_signals(engine: Upkeep) -> Iterator[None]:
     """Outside the event loop (start and end of an invocation): a first SIGINT/SIGTERM is
@@ -177,3 +252,49 @@ def deferred_signals(engine: Upkeep) -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+class Interrupts:
+    """Signals delivered from another thread: how a Jupyter kernel's KeyboardInterrupt reaches a run.
+
+    `run_stage(..., interrupts=i)` runs on a worker thread (no signal handler can be
+    installed there); the thread that gets the signal calls `deliver(signum)`. The first
+    delivery is the runner's first signal (a `signal` event, a stop with cause `interrupt`,
+    attempts under way finish), the second exits the process at once with 128 + signum,
+    as `proctor run` does. A delivery before the run's `start` event is held until it.
+    The manual: docs/run.md (signals) and docs/notebooks.md.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Upkeep | None = None
+        self._held: list[int] = []
+        self._over = False
+        self.count = 0
+
+    def deliver(self, signum: int) -> None:
+        """One signal: to the run when it is under way, else held (or, the second, an exit at once)."""
+        with self._lock:
+            self.count += 1
+            engine = self._engine
+            if engine is None:
+                if self.count >= 2:
+                    os._exit(128 + signum)
+                if not self._over:
+                    self._held.append(signum)
+                return
+        engine.on_signal(signum)
+
+    def attach(self, engine: Upkeep) -> None:
+        """The run has logged its start: deliver what was held to `engine`, and every later signal."""
+        with self._lock:
+            self._engine = engine
+            held, self._held = self._held, []
+        for signum in held:
+            engine.on_signal(signum)
+
+    def detach(self) -> None:
+        """The run is ending: later signals are counted (the second still exits) but not logged."""
+        with self._lock:
+            self._engine = None
+            self._over = True

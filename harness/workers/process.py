@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.workers.limits import Limits, confined
+
 __all__ = ["ProcessResult", "WorkerOutcome", "become_subreaper", "descendants", "run_group"]
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -189,6 +191,7 @@ def run_group(
     on_start: Callable[[int], None] | None = None,
     preexec: Callable[[], None] | None = None,
     sandboxed: bool = False,
+    limits: Limits | None = None,
     pass_fds: Sequence[int] = (),
 ) -> ProcessResult:
     """Run `argv` in a new session, output to `output_path`, kill the group at the deadline.
@@ -196,8 +199,34 @@ def run_group(
     Every descendant still alive when the child has ended is killed and
     returned in `detached_pids`. `sandboxed`: `argv` is a bwrap command
     (its pid namespace is stopped at the deadline, see the module docstring).
+    `limits`: pids, memory and file size, by cgroup or rlimit (`harness.workers.limits`).
     `pass_fds`: descriptors the child inherits (the verifier's report channel).
     """
+    if limits is not None:
+        with confined(limits) as box:
+            def both() -> None:
+                box.preexec()
+                if preexec is not None:
+                    preexec()
+
+            return _run_group(argv, cwd=cwd, env=env, timeout_s=timeout_s, output_path=output_path,
+                              on_start=on_start, preexec=both, sandboxed=sandboxed, pass_fds=pass_fds)  # fmt: skip
+    return _run_group(argv, cwd=cwd, env=env, timeout_s=timeout_s, output_path=output_path,
+                      on_start=on_start, preexec=preexec, sandboxed=sandboxed, pass_fds=pass_fds)  # fmt: skip
+
+
+def _run_group(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout_s: float,
+    output_path: str,
+    on_start: Callable[[int], None] | None,
+    preexec: Callable[[], None] | None,
+    sandboxed: bool,
+    pass_fds: Sequence[int],
+) -> ProcessResult:
     tracking = become_subreaper()
     before_children = descendants(os.getpid())
     usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)

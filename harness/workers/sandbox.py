@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.errors import Code, WorkerRefusal
+from harness.workers.limits import Limits, limits_record
 
 __all__ = [
     "BWRAP_ENV",
@@ -52,8 +54,20 @@ _ETC_SECRETS: Final = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
     "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
 )  # fmt: skip
-_ENV_KEPT: Final = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ")
-"""Variables of the caller's environment a sandboxed command keeps (with every LC_*)."""
+_LOCALE: Final = r"(?:C|POSIX|[A-Za-z]{2,3}(?:_[A-Za-z]{2,3})?)(?:\.[A-Za-z0-9-]{1,20})?(?:@[A-Za-z0-9]{1,20})?"
+_ENV_KEPT: Final[dict[str, re.Pattern[str]]] = {
+    "PATH": re.compile(r"[^\0]*"),
+    "TERM": re.compile(r"[A-Za-z0-9._+-]{1,64}"),
+    "TZ": re.compile(r":?[A-Za-z0-9/_+.:-]{1,64}"),
+    "LANGUAGE": re.compile(rf"{_LOCALE}(?::{_LOCALE}){{0,15}}"),
+    **{name: re.compile(_LOCALE) for name in (
+        "LANG", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY", "LC_MESSAGES",
+        "LC_PAPER", "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE", "LC_MEASUREMENT", "LC_IDENTIFICATION",
+    )},
+}  # fmt: skip
+"""The variables of the caller's environment a sandboxed command keeps, each only when its value
+has the form (a locale name such as C.UTF-8 or en_US.UTF-8@euro): an allow-list, so a secret kept
+in an LC_* variable reaches neither a worker nor a verifier (docs/sandbox.md)."""
 _PROBE_TIMEOUT_S: Final = 30.0
 
 
@@ -91,6 +105,8 @@ class Wrapped:
 
     argv: list[str]
     record: dict[str, Any]
+    limits: Limits | None = None
+    """The limits `run_group` applies (pids, memory, file size); None: only the sized /tmp."""
 
     @property
     def sandboxed(self) -> bool:
@@ -118,25 +134,39 @@ class Sandbox:
             "guarantee": guarantee_of([self.kind]),
         }
 
-    def wrap(self, argv: Sequence[str], view: View, env: Mapping[str, str]) -> Wrapped:
+    def wrap(
+        self, argv: Sequence[str], view: View, env: Mapping[str, str], limits: Limits | None = None
+    ) -> Wrapped:
         """`argv` confined to `view` (unchanged for kind none), with its record.
 
         `env` is the environment the command will get; only its names are recorded.
+        `limits` (pids, memory, file size) are applied by `run_group`; the sandbox's
+        /tmp is sized to `limits.tmp_bytes` (the default when None). The record's
+        `limits` says what bound each (docs/sandbox.md, "Resource limits").
         """
+        tmp_bytes = (limits or Limits()).tmp_bytes
         if self.kind == "none":
-            return Wrapped(list(argv), {
+            record: dict[str, Any] = {
                 **self.to_json(), "options": [], "env": sorted(env),
                 "why": "--sandbox none: the command ran as the proctor's user, with its network and files",
-            })  # fmt: skip
+            }  # fmt: skip
+            if limits is not None:
+                record["limits"] = limits_record(limits, tmp_by=None)
+            return Wrapped(list(argv), record, limits)
         assert self.binary is not None
-        options = [*self.namespaces, *_base_options()]
+        options = [*self.namespaces, *_base_options(tmp_bytes)]
         options += _view_options(view)
         options += ["--remount-ro", "/", "--chdir", view.cwd]
         record = {
             **self.to_json(), "options": list(options), "env": sorted(env),
             "withheld": sorted(view.withheld), "notes": list(self.notes),
         }  # fmt: skip
-        return Wrapped([self.binary, *options, "--", *argv], record)
+        tmp_by = "bwrap --size --tmpfs /tmp"
+        record["limits"] = (
+            limits_record(limits, tmp_by=tmp_by) if limits is not None
+            else {"tmp_bytes": tmp_bytes, "by": {"tmp_bytes": tmp_by}}
+        )
+        return Wrapped([self.binary, *options, "--", *argv], record, limits)
 
 
 def _covered(path: str, roots: Iterable[str]) -> bool:
@@ -175,15 +205,16 @@ def _system_options() -> tuple[str, ...]:
     return tuple(options)
 
 
-@functools.lru_cache(maxsize=1)
-def _base_options() -> tuple[str, ...]:
+@functools.lru_cache(maxsize=4)
+def _base_options(tmp_bytes: int = Limits.tmp_bytes) -> tuple[str, ...]:
     """Every sandbox's base, in mount order: the system, /proc, /dev, a private /tmp, then Python.
 
     Python and `harness` are bound after the tmpfs on /tmp, so a checkout or a venv that
     lies under /tmp stays visible (bwrap applies its options in order).
     """
     python = [word for path in _python_roots() for word in ("--ro-bind", path, path)]
-    return (*_system_options(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *python)
+    tmp = ("--size", str(tmp_bytes), "--tmpfs", "/tmp")  # a sized tmpfs: RAM, bounded
+    return (*_system_options(), "--proc", "/proc", "--dev", "/dev", *tmp, *python)
 
 
 def _expose(path: str, withheld: Sequence[str], options: list[str]) -> None:
@@ -254,12 +285,12 @@ def named_paths(argv: Sequence[str], program: str | None = None) -> tuple[str, .
 
 
 def sandbox_env(environ: Mapping[str, str], given: Mapping[str, str], *, sandboxed: bool) -> dict[str, str]:
-    """The environment of a command: for bwrap, the locale, PATH, TERM and TZ of `environ`, HOME and
+    """The environment of a command: for bwrap, the locale, PATH, TERM and TZ of `environ` (`_ENV_KEPT`), HOME and
     TMPDIR at the private /tmp, and `given`; without a sandbox, all of `environ` but PROCTOR_*, and `given`."""
     if not sandboxed:
         env = {k: v for k, v in environ.items() if not k.startswith("PROCTOR_")}
     else:
-        env = {k: v for k, v in environ.items() if k in _ENV_KEPT or k.startswith("LC_")}
+        env = {k: v for k, v in environ.items() if k in _ENV_KEPT and _ENV_KEPT[k].fullmatch(v)}
         env.update(HOME="/tmp", TMPDIR="/tmp")
         env.setdefault("PATH", os.defpath)
     env.update(given)

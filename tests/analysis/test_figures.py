@@ -6,14 +6,23 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 
-from harness.analysis.figures import SVG_HASH_SALT, forest_plot, savings_plot
+from harness.analysis.figures import (
+    SVG_HASH_SALT,
+    forest_plot,
+    savings_figure,
+    savings_plot,
+    sensitivity_figure,
+    sensitivity_plot,
+)
 from harness.analysis.frame_tables import (
     BREAKEVEN_SCHEMA,
     COMPARISON_SCHEMA,
+    SENSITIVITY_SCHEMA,
     FrameTables,
     analyze_frame,
 )
@@ -78,6 +87,73 @@ def test_savings_plot_marks_each_cascade_and_is_byte_identical(tmp_path: Path) -
         assert f"A: {row['cheap']} -&gt; {row['strong']} (direct)" in svg
         assert f"q*={row['break_even_q']:.3f}" in svg
     assert "break-even (savings 0)" in svg
+
+
+def text_boxes(fig: Any) -> list[tuple[str, Any]]:
+    """Every visible, non-empty text of a drawn figure with its bounding box in display units (the renderer's)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    undrawn = set()  # tick labels of ticks outside the view limits exist but are never drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            undrawn |= {id(label) for tick, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels(),
+                                                         strict=True) if not low - 1e-9 <= tick <= high + 1e-9}
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]
+
+
+def overlaps(boxes: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+    return [(a, b) for i, (a, x) in enumerate(boxes) for b, y in boxes[i + 1:]
+            if x.x0 < y.x1 - 0.5 and y.x0 < x.x1 - 0.5 and x.y0 < y.y1 - 0.5 and y.y0 < x.y1 - 0.5]
+
+
+def close_cascades(n: int) -> pl.DataFrame:
+    """n cascades whose points nearly coincide: labels placed beside the points would pile up."""
+    return pl.DataFrame([{"stage": "A", "arm": "direct", "cheap": f"cheap{i}", "strong": f"strong{i}",
+                          "q": 0.1 + 0.002 * i, "break_even_q": 0.5 + 0.002 * i, "cost_ratio": 0.6}
+                         for i in range(n)])
+
+
+def test_savings_plot_labels_never_overlap(tmp_path: Path) -> None:
+    """Issue 13 item 8: each cascade is named once, in a legend outside the axes; no two labels overlap."""
+    for n in (1, 3, 9, 14):
+        fig = savings_figure(close_cascades(n))
+        boxes = text_boxes(fig)
+        names = [t for t, _ in boxes if t.startswith("A: cheap")]
+        assert len(names) == n and len(set(names)) == n
+        assert overlaps(boxes) == [], n
+        (ax,) = fig.axes
+        legend = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+        assert legend.y1 <= ax.get_window_extent().y0, "the legend covers the plot"
+        page = fig.bbox
+        assert all(page.x0 - 1 <= b.x0 and b.x1 <= page.x1 + 1 and page.y0 - 1 <= b.y0 and b.y1 <= page.y1 + 1
+                   for _, b in boxes), "a label is cut off"
+    check_files(savings_plot(close_cascades(9), tmp_path / "s"), tmp_path / "s")
+
+
+def test_the_noisy_gate_grid_is_a_heat_map_per_cascade(tmp_path: Path) -> None:
+    """Issue 13 item 8: the 25-row grid of each cascade is two heat maps (pass rate, cost), values in the cells."""
+    grid = tables().sensitivity
+    assert grid.height == 75  # three cascades of 5 x 5 error rates
+    first = check_files(sensitivity_plot(grid, tmp_path / "h1"), tmp_path / "h1")
+    assert first == check_files(sensitivity_plot(grid, tmp_path / "h2"), tmp_path / "h2")
+    fig = sensitivity_figure(grid)
+    assert len([ax for ax in fig.axes if ax.images]) == 6
+    boxes = text_boxes(fig)
+    assert overlaps(boxes) == []
+    texts = [t for t, _ in boxes]
+    for row in grid.head(3).iter_rows(named=True):
+        assert f"{row['pass_rate']:.2f}" in texts and f"{row['cost_ratio']:.2f}" in texts
+    assert "A: x -> y (direct): pass rate" in texts or any(t.endswith("pass rate") for t in texts)
+    empty = check_files(sensitivity_plot(pl.DataFrame(schema=SENSITIVITY_SCHEMA), tmp_path / "e"), tmp_path / "e")
+    assert "no cascade was composed" in empty[1].decode()
+    with pytest.raises(ValueError, match=r"missing columns .*pass_rate"):
+        sensitivity_plot(pl.DataFrame({"stage": ["A"]}), tmp_path / "bad")
 
 
 def test_empty_frames_draw_a_labelled_empty_figure(tmp_path: Path) -> None:

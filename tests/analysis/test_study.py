@@ -185,8 +185,8 @@ def test_write_tables_is_byte_identical_and_reads_back(run: tuple[Path, Path], t
     p, results = run
     first = write_tables(analyze_study(results / "rt", prereg=p), tmp_path / "one")
     again = write_tables(analyze_study(results / "rt", prereg=p), tmp_path / "two")
-    assert list(first) == ["validation", "amendments", "q", "comparisons", "breakeven", "sensitivity", "power",
-                           "provenance"]
+    assert list(first) == ["hypotheses", "validation", "amendments", "left_out", "q", "comparisons", "breakeven",
+                           "sensitivity", "power", "provenance"]
     analysis = analyze_study(results / "rt", prereg=p)
     for name, path in first.items():
         data = Path(path).read_bytes()
@@ -431,3 +431,11 @@ def test_an_outage_study_is_analysed_without_its_exhausted_cells(tmp_path: Path)
     (c,) = got.comparisons.iter_rows(named=True)
     assert c["n"] == 0 and c["dropped_exhausted"] == 6 and "6 pairs dropped" in c["note"]
     assert set(got.q.get_column("system")) == {"good"}
+    # issue 13 item 8: the reader sees the exhausted cells per system, and why they are not scored
+    assert got.left_out.select("stage", "system", "cells", "scored", "exhausted", "not_standing").rows() == [
+        ("A", "good", 6, 6, 0, 0), ("A", "bad", 6, 0, 6, 0)]
+    (why,) = got.left_out.filter(pl.col("system") == "bad").get_column("why")
+    assert why.startswith("exhausted: every transport retry failed (an outage, not the model)")
+    assert got.statement is not None and got.statement.question is None  # the fixture's PREREG.md asks nothing
+    (h,) = got.hypotheses.iter_rows(named=True)
+    assert (h["a"], h["b"], h["arm"], h["margin"]) == ("good", "bad", "direct", 0.1)

@@ -326,7 +326,8 @@ READ: dict[str, set[str]] = {
     "finals": {"kind", "at", "run_id", "system", "item", "arm", "repeat", "rerun", "class", "action", "error_code",
                "attempt", "attempt_line", "attempt_sha256", "passed", "receipt", "receipt_sha256", "replaced"},
     "admission": {"kind", "at", "system", "item", "lane", "finished_usd", "reserve_usd", "under_way",
-                  "projected_usd", "cap_usd", "refused_before", "ceiling", "decision", "reason"},
+                  "projected_usd", "cap_usd", "refused_before", "ceiling", "decision", "reason",
+                  "run_id", "rerun", "attempt"},
     "anchors": {"kind", "at", "logs", "manifests"},
     "run:start": {"ceiling_usd", "spend_before_usd", "systems"},
     "run:attempt": {"system", "lane", "run_id", "rerun", "attempt", "attempts_line", "attempt_sha256", "started",
@@ -336,6 +337,7 @@ READ: dict[str, set[str]] = {
     "run:ceiling": {"system", "crossed_at", "total_usd", "ceiling_usd"},
     "run:late_cost": {"system", "run_id", "rerun", "attempt", "cost_usd"},
     "run:end": {"complete"},
+    "run:intent": {"system", "lane", "run_id", "rerun", "attempt", "reserve_usd"},
 }
 
 
@@ -504,3 +506,51 @@ def test_random_mixes_of_planted_failures_pass_the_oracle(
                 run_stage(p, "A", root / "results", base_urls=urls(url), resume_paused=True)
                 assert run_problems(summary.folder, prereg_dir=p) == []
     assert os.path.isdir(summary.folder)
+
+
+# Intents (issue 13 item 2): written before each request, resolved by the attempt record or on resume
+
+
+def test_an_attempt_sent_without_its_intent_is_caught(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+
+    def edit(recs: Records) -> None:
+        first = next(i for i, e in enumerate(recs["run"]) if e["event"] == "intent")
+        del recs["run"][first]
+
+    rebuild(folder, p, edit)
+    problems = run_problems(folder, prereg_dir=p)
+    assert [pr.rule for pr in problems] == ["intent"], problems
+    assert problems[0].file.endswith("attempts.jsonl") and "without an intent" in problems[0].message
+
+
+def test_an_intent_left_unresolved_by_an_invocation_that_ended_is_caught(
+    copy: Callable[[str], tuple[Path, Path]],
+) -> None:
+    p, folder = copy("clean")
+
+    def edit(recs: Records) -> None:
+        # an intent (and its admission) for an attempt no record resolves, in an invocation that logged its end
+        e = next(e for e in recs["run"] if e["event"] == "intent")
+        a = next(a for a in recs["admission"] if a.get("run_id") == e["run_id"])
+        at = next(x["at"] for x in recs["run"] if x["event"] == "end") - 1e-6
+        recs["run"].insert(len(recs["run"]) - 1, {**e, "attempt": 7, "at": at})
+        recs["admission"].append({**a, "attempt": 7, "at": at - 1e-6})
+
+    rebuild(folder, p, edit)
+    problems = [pr for pr in run_problems(folder, prereg_dir=p) if pr.rule == "intent"]
+    assert len(problems) == 1 and "never resolved" in problems[0].message, problems
+
+
+def test_a_runner_lost_attempt_needs_its_intent(copy: Callable[[str], tuple[Path, Path]]) -> None:
+    p, folder = copy("clean")
+
+    def edit(recs: Records) -> None:
+        a = recs["attempts"][0]
+        a.update(outcome="error", error_code="runner_lost", error_message="lost", text=None)
+        del a["text"]
+        a["started"] -= 0.5  # not at its intent's time
+
+    rebuild(folder, p, edit)
+    problems = [pr for pr in run_problems(folder, prereg_dir=p) if pr.rule == "intent"]
+    assert any("resolves no intent" in pr.message for pr in problems), problems

@@ -433,3 +433,41 @@ def test_ledger_repair_refuses_a_seedless_empty_log(tmp_path: Path) -> None:
     path = _write(tmp_path / "log.jsonl", b"")
     r = run_proctor("ledger", "repair", str(path))
     assert r.code == 3 and r.out["refusal"] == "log_seed_unknown" and r.out["path"] == str(path)
+
+
+def test_report_prints_a_readable_table_and_keeps_full_precision_in_json(tmp_path: Path) -> None:
+    """Issue 13 item 8: `proctor report` shows an aligned q table, money rounded; --json keeps every digit."""
+    from harness.cli.output import text_table
+    from tests.support.study import prereg, sim_servers, system, urls
+
+    with sim_servers(tmp_path) as sim:
+        url = sim([system("sim-flash", 0.8), system("sim-glm", 0.5)])
+        p = prereg(tmp_path)
+        from harness.run.runner import run_stage
+
+        folder = run_stage(p, "A", tmp_path / "results", base_urls=urls(url)).folder
+    as_json = run_proctor("report", folder, "--prereg", str(p))
+    rows = as_json.out["q_table"]
+    assert as_json.code == 0 and {r["system"] for r in rows} == {"good", "bad"}
+    assert any(len(repr(r["cost_usd"]).split(".")[1]) > 4 for r in rows)  # full precision stays in --json
+    done = subprocess.run([sys.executable, "-m", "harness", "report", folder, "--prereg", str(p)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("q_table:")[1].strip("\n ").splitlines()
+    header, rule, *body = (line.strip() for line in lines)
+    assert header.split() == ["system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
+                              "cost_per_pass_usd", "latency_median_s"]
+    assert set(rule) <= {"-", " "} and len(body) == 3 and body[-1].startswith("(money in USD, rounded")
+    for row in rows:  # each row: aligned under the header, money to 4 decimals, rates to 3
+        (line,) = [b for b in body if b.split()[0] == row["system"]]
+        assert len(line) == len(header)  # right-aligned numbers end where the header does
+        assert f"{row['cost_usd']:.4f}" in line.split() and f"{row['pass_rate']:.3f}" in line.split()
+    assert "exhausted_cells: (none)" in done.stdout and "cells_by_system:\n  good: 6\n  bad: 6" in done.stdout
+
+    table = text_table([{"a": "x", "usd": 0.123456789, "tiny": 0.00001234, "n": 3, "none": None},
+                        {"a": "long name", "usd": 1.0, "tiny": 0.0, "n": 12, "none": None}],
+                       ["a", "usd", "tiny", "n", "none"], {"usd": 4, "tiny": 4})
+    assert table.splitlines() == ["a             usd     tiny   n  none",
+                                  "---------  ------  -------  --  ----",
+                                  "x          0.1235  1.2e-05   3     -",
+                                  "long name  1.0000   0.0000  12     -"]

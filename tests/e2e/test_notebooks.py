@@ -160,7 +160,8 @@ def test_run_study_parameters() -> None:
 
     found = papermill.inspect_notebook(str(RUN_STUDY))
     defaults = {name: info["default"] for name, info in found.items()}
-    assert defaults == {"prereg": '"prereg/demo"', "stage": '"A"', "results": '"results/demo"',
+    # issue 13 item 6: `results` is the results root (the stage goes to <results>/<study>/<stage>)
+    assert defaults == {"prereg": '"prereg/demo"', "stage": '"A"', "results": '"results"',
                         "dry_run": "False", "base_url": '""'}
 
 

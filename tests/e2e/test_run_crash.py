@@ -6,7 +6,8 @@ The CLI has no base-URL option: the bundled catalog's sim models read
 What must hold after every kill and resume: the oracle finds nothing but the
 runner's documented crash gaps (an attempt record appended whose run-log line
 the kill cut off: the next invocation writes it, `recovered: true`; an attempt in
-flight at the kill leaves no record at all); no spend is counted twice; no
+flight at the kill leaves only its intent, which the next invocation resolves as a
+`runner_lost` attempt before its start: issue 13); no spend is counted twice; no
 delivered attempt is lost; and the last, uninterrupted invocation exits 0 with
 the oracle clean.
 """

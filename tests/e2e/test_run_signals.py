@@ -112,7 +112,8 @@ def test_a_second_signal_exits_at_once_and_saved_records_survive(tmp_path: Path,
 
 
 def test_a_second_invocation_while_the_first_holds_the_lock_is_refused(tmp_path: Path, sim: Sim) -> None:
-    p, results, env, proc = start(tmp_path, sim)
+    # slow attempts (3 s) keep the first run going while the second starts up on a loaded machine
+    p, results, env, proc = start(tmp_path, sim, latency=3.0)
     folder = results / "rt" / "A"
     try:
         wait_for_lines(folder, proc, 1)

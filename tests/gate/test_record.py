@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -245,3 +246,15 @@ def test_a_mix_of_metered_and_flat_rate_dispatches_is_partial(
     assert r.code == 0, r.out
     assert r.out["metering"] == "wire" and r.out["cost"] is None and r.out["cost_status"] == "partial"
     assert r.out["known_cost"] > 0 and len(r.out["unmetered_dispatch_ids"]) == 1
+
+
+def test_record_prices_from_the_installed_table_by_default(task_setup: Callable[..., TaskSetup], tmp_path: Path) -> None:
+    """Issue 14, class 8: no --pricing: the bundled table, by absolute path, its sha256 in the row."""
+    setup = task_setup("intervals")
+    init(setup)
+    assert run_proctor("dispatch", *setup.words(), "--command", "--", *setup.worker()).code == 0
+    wire = write_wire(tmp_path / "wire.jsonl", [("sim-flash", 1000, 500)])
+    r = run_proctor("record", *setup.words(), "--wire", str(wire))
+    assert r.code == 0, r.out
+    assert r.out["pricing"]["path"] == str(BUNDLED_PRICING) and os.path.isabs(r.out["pricing"]["path"])
+    assert r.out["pricing"]["sha256"] == hashlib.sha256(BUNDLED_PRICING.read_bytes()).hexdigest()

@@ -211,6 +211,18 @@ def test_bad_yaml_is_refused(text: str) -> None:
     assert refusal(text).code == "pricing_yaml_invalid"
 
 
+@pytest.mark.parametrize("opener", ["[", "{a: ", "- "])
+def test_a_price_list_nested_50000_deep_is_a_named_refusal_not_a_recursion_error(opener: str) -> None:
+    """Issue 14, class 8: it exited 4 (RecursionError); now pricing_yaml_invalid naming the file."""
+    closer = {"[": "]", "{a: ": "}", "- ": ""}[opener]
+    if opener == "- ":
+        text = "models:\n" + "- " * 50_000 + "1\n"  # block sequences, nested on one line
+    else:
+        text = "models: " + opener * 50_000 + "1" + closer * 50_000 + "\n"
+    r = refusal(text)
+    assert r.code == "pricing_yaml_invalid" and "deep" in r.message, r.to_json()
+
+
 def test_non_utf8_is_refused() -> None:
     assert refusal(GOOD + b"# caf\xe9\n").code == "invalid_utf8"
 

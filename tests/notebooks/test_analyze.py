@@ -8,6 +8,7 @@ also be found by its freeze's sha256 under `<tmp_path>/prereg/`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -37,8 +38,25 @@ from tests.support.oracle import flip_verdict, rebuild
 from tests.support.paths import REPO
 from tests.support.study import prereg, sim_servers, system, urls
 
-TABLES = ("amendments", "breakeven", "comparisons", "power", "provenance", "q", "sensitivity", "validation")
-FIGURES = ("forest.png", "forest.svg", "savings.png", "savings.svg")
+TABLES = ("amendments", "breakeven", "comparisons", "hypotheses", "left_out", "power", "provenance", "q",
+          "sensitivity", "validation")
+FIGURES = ("forest.png", "forest.svg", "savings.png", "savings.svg", "sensitivity.png", "sensitivity.svg")
+PREREG_TEXT = """# runner test
+
+Registered before running.
+
+## Research question
+
+Does the *bad* system keep the good one's pass rate?
+
+## Hypotheses
+
+- H1: good and bad pass within 0.1 of each other.
+
+## Budgets
+
+Small.
+"""
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +64,7 @@ def stage_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("analyze-run")
     with sim_servers(root) as sim:
         url = sim([system("sim-flash", 0.8), system("sim-glm", 0.5)])
-        p = prereg(root)
+        p = prereg(root, text=PREREG_TEXT)
         from harness.run.runner import run_stage
 
         assert run_stage(p, "A", root / "results", base_urls=urls(url)).exit_code == 0
@@ -96,7 +114,7 @@ def test_analyze_writes_and_anchors_every_output_and_repeats_byte_for_byte(study
                   "break_even:\n  - stage A, arm direct: ", f"html: {out / 'analysis.html'}", str(out / "tables" / "q.csv")):
         assert shown in done.stdout, shown
     assert f"running the notebook -> {out / 'analysis.ipynb'}" in done.stderr
-    assert "anchoring the notebook and 13 outputs in 1 stage(s)" in done.stderr and "Traceback" not in done.stderr
+    assert "anchoring the notebook and 17 outputs in 1 stage(s)" in done.stderr and "Traceback" not in done.stderr
 
     # the files: the executed notebook, its HTML, one CSV per table, each figure as PNG and SVG
     assert sorted(f.name for f in (out / "tables").iterdir()) == [f"{t}.csv" for t in TABLES]
@@ -113,16 +131,16 @@ def test_analyze_writes_and_anchors_every_output_and_repeats_byte_for_byte(study
     nb = nbformat.read(out / "analysis.ipynb", as_version=4)
     assert all(c.execution_count is not None for c in nb.cells if c.cell_type == "code")
     headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## ")]
-    assert headings == ["## Validation", "## The q table", "## Paired comparisons", "## Break-even", "## Power",
+    assert headings == ["## What the study asks", "## Validation", "## The q table", "## Paired comparisons", "## Break-even", "## Power",
                         "## Provenance"]
     text = code_text(out / "analysis.ipynb")
     assert "Traceback" not in text
     for shown in ("Validation of study rt", "q table: pass rate", "Paired comparisons", "Break-even of cheap-first",
                   "Sensitivity to a noisy gate", "Power at the registered", "Provenance", "Outputs written",
-                  f"figure: {out / 'figures' / 'forest.png'}"):
+                  "figure: figures/forest.png, figures/forest.svg"):  # relative: no machine path (issue 13)
         assert shown in text, shown
     html = (out / "analysis.html").read_text()
-    assert html.count('src="data:image/png;base64,') == 2 and "Paired comparisons" in html
+    assert html.count('src="data:image/png;base64,') == 3 and "Paired comparisons" in html
 
     # a second analysis (in process: what --json prints; the preregistration found by its freeze's sha256
     # under tmp_path/prereg; another folder)
@@ -208,7 +226,8 @@ def test_other_refusals_keep_their_code_and_other_errors_are_analysis_failed(stu
     executed = tmp_path / "failed" / "analysis.ipynb"
     assert caught.value.code == "analysis_failed" and caught.value.path == str(executed)
     assert caught.value.details["ename"] == "ZeroDivisionError"
-    assert caught.value.details["evalue"] == f"planted in {tmp_path / 'failed'}"
+    # the notebook gets its paths relative to the root (the repository here): no absolute machine path
+    assert caught.value.details["evalue"] == f"planted in {os.path.relpath(tmp_path / 'failed', REPO)}"
     last = anchors(results / "rt" / "A")[-1]  # the failed copy is anchored
     assert last["manifests"] == {"notebook:../../../failed/analysis.ipynb": sha256_hex(executed.read_bytes())}
 
@@ -243,7 +262,7 @@ def test_the_analysis_notebook_parameters() -> None:
 
     found = papermill.inspect_notebook(str(REPO / "notebooks" / "analysis.ipynb"))
     assert {name: info["default"] for name, info in found.items()} == {
-        "results": '"results/demo"', "out": '""', "prereg": '""'}
+        "results": '"results/demo"', "out": '""', "prereg": '""', "root": '""'}
 
 
 def test_lines_for_people_and_tables_for_the_notebook() -> None:
@@ -266,3 +285,40 @@ def test_lines_for_people_and_tables_for_the_notebook() -> None:
                         columns=["a", "cost", "rate", "absent"])
     assert table.columns == ("a", "cost", "rate")
     assert table.text().splitlines()[3].split() == ["p", "8.04e-05", "0.5000"]
+
+
+def test_the_html_shows_what_the_study_asks_its_amendments_and_left_out_cells_and_fits_a_browser(
+        study: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 13 item 8: what a reader of the evidence sees, checked in the HTML and in headless Chromium."""
+    from harness.prereg.freeze import amend
+    from tests.support.browser import HEIGHT, WIDTH, layout, png_stats, screenshot
+
+    p, results = study
+    (p / "PREREG.md").write_text(PREREG_TEXT + "\n## Deviations\n\nNone so far.\n", encoding="utf-8")
+    amend(p, "a section for deviations, after stage A ran")
+    amend(p, "stage A ran on a shared machine", note=True)
+    out = tmp_path / "read"
+    analyze_results(results / "rt", out=out, root=tmp_path)
+    html = (out / "analysis.html").read_text(encoding="utf-8")
+
+    # what the study asks: PREREG.md's sections as written (Markdown rendered), and each registered comparison
+    assert "Does the <em>bad</em> system keep the good one's pass rate?" in html
+    assert "H1: good and bad pass within 0.1 of each other." in html and "not stated in PREREG.md" not in html
+    assert "good and bad pass within 0.1 of each other on arm direct (paired TOST at alpha 0.05" in html
+    # every amendment with its date, reason and changed files; the cells left out per system and why
+    assert "a section for deviations, after stage A ran" in html and "PREREG.md changed" in html
+    assert "stage A ran on a shared machine" in html
+    left_out = pl.read_csv(out / "tables" / "left_out.csv")
+    assert left_out.select("system", "cells", "scored", "exhausted").rows() == [("good", 6, 6, 0), ("bad", 6, 6, 0)]
+    assert "Cells left out of scoring, per stage and system" in html
+    # the noisy-gate grid is a heat map; its rows are in the CSV only; every table scrolls in its own box
+    assert "<th>false_accept</th>" not in html and html.count('src="data:image/png;base64,') == 3
+    assert pl.read_csv(out / "tables" / "sensitivity.csv").height == 25
+    assert html.count('class="proctor-table" style="overflow-x: auto;') == 11  # every table shown
+
+    # a real browser: a non-blank screenshot, and the page never wider than the window
+    shot = screenshot(out / "analysis.html", tmp_path / "analysis.png")
+    width, height, variance = png_stats(shot)
+    assert (width, height) == (WIDTH, HEIGHT) and variance > 100, variance
+    found = layout(out / "analysis.html", tmp_path)
+    assert found["scroll"] <= found["client"] and found["body"] <= found["client"], found

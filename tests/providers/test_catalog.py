@@ -371,3 +371,13 @@ def test_dispatch_model_refusals_and_usage(task_setup: Callable[..., TaskSetup],
     events = run_proctor("journal", "--workspace", str(setup.workspace)).out["events"]
     assert not any(e["event"] == "dispatch_start" for e in events)
     assert [e["refusal"] for e in events if e["event"] == "refused"] == ["unknown_model", "model_has_no_worker"]
+
+
+@pytest.mark.parametrize("nest", [("[", "]"), ("{a = ", "}")])
+def test_a_catalog_nested_50000_deep_is_a_named_refusal_not_a_recursion_error(nest: tuple[str, str]) -> None:
+    """Issue 14, class 8: it exited 4 (RecursionError); now catalog_invalid naming the file."""
+    data = ("x = " + nest[0] * 50_000 + "1" + nest[1] * 50_000 + "\n").encode()
+    with pytest.raises(Refusal) as info:
+        parse_catalog(data, "deep.toml")
+    assert info.value.code == "catalog_invalid" and info.value.path == "deep.toml", info.value.to_json()
+    assert "nested too deeply" in info.value.message

@@ -22,7 +22,7 @@ from harness.audit.oracle.shapes import (
 )
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes
-from harness.records.admission import ADMISSION_FIELDS, Admission
+from harness.records.admission import ADMISSION_FIELDS, ADMISSION_OPTIONAL, Admission
 from harness.records.anchor import ANCHOR_FIELDS, Anchor
 from harness.records.attempt import Attempt
 from harness.records.final import FINAL_FIELDS, FINAL_KIND, Replaced, RunFinal
@@ -140,7 +140,9 @@ def test_the_oracle_checks_the_records_declared_fields() -> None:
     anchor = body(lines("anchors")[0])
     anchor["logs"] = {"run": {"lines": "3", "head": None}}
     assert anchor_problem(anchor) is not None
-    assert set(ADMISSION_FIELDS) == {"kind"} | {f.name for f in fields(Admission)}
+    # issue 13: an admission names its attempt (run_id, rerun, attempt), absent from logs written before
+    assert set(ADMISSION_FIELDS) | set(ADMISSION_OPTIONAL) == {"kind"} | {f.name for f in fields(Admission)}
+    assert set(ADMISSION_OPTIONAL) == {"run_id", "rerun", "attempt"}
     assert set(ANCHOR_FIELDS) == {"kind"} | {f.name for f in fields(Anchor)}
     start = next(body(r) for r in lines("run") if r["event"] == "start")
     for name in EVENT_FIELDS["start"]:
@@ -170,4 +172,5 @@ def test_the_derived_shapes_say_what_the_declared_ones_said() -> None:
     assert said(EVENT_FIELDS["attempt"])["cost_usd"] == 'a non-negative number or "unknown"'
     assert {e: said(s) for e, s in OPTIONAL_FIELDS.items()} == {
         "attempt": {"recovered": "true or false"}, "pause": {"recovered": "true or false"},
-        "start": {"reruns": "an integer", "transport_retries": "an integer"}}
+        "start": {"reruns": "an integer", "transport_retries": "an integer",
+                  "provenance": "{harness, commit, dirty} or null"}}  # issue 13: the run's provenance

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from harness.audit.oracle import run_problems
 from harness.errors import Refusal
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
@@ -364,3 +365,84 @@ def test_the_simulator_stopped_during_a_run_costs_only_what_was_sent(tmp_path: P
     assert run_problems(folder, prereg_dir=folder_p) == []
     report = build_report(folder, prereg_dir=folder_p)
     assert report.summary["exhausted"] == 0 and report.summary["passed"] == 6 and report.summary["standing"] == 12
+
+
+def test_admission_holds_a_reserve_per_attempt_so_reruns_and_retries_keep_to_the_cap(
+    tmp_path: Path, sim: Sim,
+) -> None:
+    # issue 13 item 3: with most requests failing, an item costs up to (reruns+1) x (retries+1) = 6
+    # attempts; admission per item let the cap be overshot by the reruns and retries of the items under
+    # way. Per attempt, every attempt (retries and reruns too) is admitted against the cap with the
+    # reserve held for each attempt under way, so spend stays within cap + the reserves in flight.
+    url = sim([system("sim-flash", 1.0, server_error=0.8), system("sim-glm", 0.0)])
+    reserve, cap = 0.0002, 0.001
+    summary = run_stage(prereg(tmp_path, caps=(cap, 1.0), reserve=reserve, retries=1, items=12), "A",
+                        tmp_path / "results", base_urls=urls(url))
+    folder = Path(summary.folder)
+    got = logs(folder)
+    good = [a for a in got["attempts"] if a["run_id"] in _run_ids(folder, "good")]
+    assert good and max(a["rerun"] for a in good) >= 1 and max(a["attempt"] for a in good) == 2, good
+    spent = summary.progress.systems[0]
+    assert spent.system == "good" and any(a["decision"] == "refuse" for a in got["admission"] if a["system"] == "good")
+    in_flight = 2 * reserve  # one attempt per lane
+    assert spent.spend_usd <= cap + in_flight, (spent.spend_usd, cap)
+    # every attempt (first, rerun, retry) was admitted by name, with its intent before it was sent
+    admitted = {(a["run_id"], a["rerun"], a["attempt"]) for a in got["admission"] if a["decision"] == "admit"}
+    intents = {(e["run_id"], e["rerun"], e["attempt"]) for e in got["run"] if e["event"] == "intent"}
+    keys = {(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]}
+    assert keys == admitted == intents
+    assert run_problems(folder, prereg_dir=tmp_path / "prereg" / "rt") == []
+
+
+def _keep_lines(path: Path, n: int) -> None:
+    """Cut a chained log back to its first n lines (a prefix: the chain stays intact)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:n]))
+
+
+def test_an_intent_a_crash_left_is_resolved_on_resume_at_its_true_cost_from_the_wire(
+    tmp_path: Path, sim: Sim,
+) -> None:
+    # issue 13 item 2: the files a kill -9 leaves between appending the exchange to wire.jsonl and its
+    # attempt record (the last attempt's record, run-log lines, final and anchors cut off; its intent and
+    # its wire line kept). The resume resolves the intent as a runner_lost attempt costing the wire's
+    # exchange, and retries the cell as a transport failure.
+    url = sim([system("sim-flash", 1.0, latency=0.05), system("sim-glm", 0.0, latency=0.6)], latency_scale=1.0)
+    p = prereg(tmp_path, items=1)
+    first = run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    folder = Path(first.folder)
+    got = logs(folder)
+    last = got["attempts"][-1]
+    assert last["run_id"] in _run_ids(folder, "bad") and got["finals"][-1]["run_id"] == last["run_id"]
+    intent_line = max(i for i, e in enumerate(got["run"], start=1) if e["event"] == "intent")
+    assert got["run"][intent_line - 1]["run_id"] == last["run_id"]
+    _keep_lines(folder / "run.jsonl", intent_line)
+    _keep_lines(folder / "attempts.jsonl", len(got["attempts"]) - 1)
+    _keep_lines(folder / "finals.jsonl", len(got["finals"]) - 1)
+    (folder / "anchors.jsonl").unlink()
+    wire_cost = float(last["cost_usd"])
+    again = run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    got = logs(folder)
+    lost = [a for a in got["attempts"] if a.get("error_code") == "runner_lost"]
+    assert len(lost) == 1 and lost[0]["run_id"] == last["run_id"] and lost[0]["cost_usd"] == wire_cost, lost
+    assert lost[0]["started"] == got["run"][intent_line - 1]["at"]
+    final = next(f for f in got["finals"] if f["run_id"] == last["run_id"] and f["rerun"] == 0)
+    assert (final["class"], final["action"], final["error_code"]) == ("provider", "rerun", "runner_lost")
+    assert again.complete and math.isclose(again.progress.systems[1].spend_usd,
+                                           first.progress.systems[1].spend_usd + wire_cost)
+    assert run_problems(folder, prereg_dir=p) == []
+
+
+def test_a_resume_removes_the_temporary_file_a_kill_left_of_an_archive_write(tmp_path: Path, sim: Sim) -> None:
+    # found by the 55-kill soak (issue 13): a kill inside atomic_write leaves `.NAME.tmp-PID` in archive/,
+    # which the oracle rightly reports (`archive`); the next invocation removes it before anything else
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    p = prereg(tmp_path, items=1)
+    first = run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    folder = Path(first.folder)
+    (folder / "archive").mkdir(exist_ok=True)
+    torn = folder / "archive" / ".r-0.r0.final.jsonl.tmp-4242"
+    torn.write_bytes(b'{"kind":')
+    assert [pr.rule for pr in run_problems(folder, prereg_dir=p)] == ["archive"]
+    run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
+    assert not torn.exists() and run_problems(folder, prereg_dir=p) == []

@@ -78,7 +78,8 @@ def system(name: str, skill: float, *, latency: float = 0.0, **failures: float) 
 
 def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float = 0.01,
            overall: float = 3.0, margin: float = 0.2, deadline: float = 20, items: int = 6,
-           retries: int = 0, repeats: int = 1, anchor_remote: str | None = None) -> Path:
+           retries: int = 0, repeats: int = 1, anchor_remote: str | None = None,
+           text: str = "# runner test\n\nRegistered before running.\n") -> Path:
     design = {
         "study": {"id": "rt", "seed": 11, "title": "runner test"},
         "suite": {"name": "humaneval", "packet": str(HUMANEVAL / "packet.jsonl"), "packet_sha256": PACKET_SHA},
@@ -103,7 +104,7 @@ def prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float
         design["run"]["anchor_remote"] = anchor_remote
     folder = root / "prereg" / "rt"
     folder.mkdir(parents=True)
-    write_design(folder, design, "# runner test\n\nRegistered before running.\n")
+    write_design(folder, design, text)
     freeze(folder)
     return folder
 

@@ -143,6 +143,22 @@ def test_the_environment_is_only_what_it_is_given(monkeypatch: pytest.MonkeyPatc
     }
 
 
+def test_only_allowed_locale_variables_with_locale_values_get_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14, class 8: a secret kept in an LC_* variable (a made-up one, or a real one) stays out."""
+    monkeypatch.setenv("LC_SECRET_TOKEN", "sk-lc-never")
+    monkeypatch.setenv("LC_MESSAGES", "sk-live-abc123 never")
+    monkeypatch.setenv("LC_TIME", "/home/someone/.secret")
+    monkeypatch.setenv("LANGUAGE", "en_US:de$(touch x)")
+    monkeypatch.setenv("LC_NUMERIC", "de_DE.UTF-8@euro")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("TERM", "xterm 256color secret")
+    seen = inside("import json, os\nprint(json.dumps(dict(os.environ)))")
+    for name in ("LC_SECRET_TOKEN", "LC_MESSAGES", "LC_TIME", "LANGUAGE", "TERM"):
+        assert name not in seen, (name, seen.get(name))
+    assert seen["LC_NUMERIC"] == "de_DE.UTF-8@euro" and seen["LANG"] == "C.UTF-8"
+    assert not any("never" in v or "secret" in v for v in seen.values()), seen
+
+
 @pytest.mark.skipif(not os.path.isfile("/etc/shadow"), reason="this host has no /etc/shadow to mask")
 def test_etc_secrets_are_masked() -> None:
     seen = inside("""

@@ -6,6 +6,8 @@ The manual: docs/oracle.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.audit.oracle.base import CheckBase, close
 from harness.run.rules import AdmissionInputs, admission_decision
 
@@ -13,7 +15,8 @@ __all__ = ["AdmissionRules"]
 
 
 class AdmissionRules(CheckBase):
-    """Admission: `admission_rule` (the decision of its logged inputs) and `admission_inputs` (the inputs"""
+    """Admission: `admission_rule` (the decision of its logged inputs) and `admission_inputs` (the inputs
+    the files imply): items under way in logs before issue 13, attempts under way since."""
 
     def check_admissions(self) -> None:
         refused: set[str] = set()
@@ -23,9 +26,11 @@ class AdmissionRules(CheckBase):
         for _, e in self.events:
             if e["event"] == "lane" and e["what"] == "end":
                 ends.setdefault((e["system"], e["lane"]), []).append(float(e["at"]))
+        admits_at: dict[tuple[str, int], list[tuple[float, dict[str, Any]]]] = {}
         for _, a in self.admissions:
             if a["decision"] == "admit":
                 admits.setdefault((a["system"], a["lane"]), []).append((float(a["at"]), a["item"]))
+                admits_at.setdefault((a["system"], a["lane"]), []).append((float(a["at"]), a))
         for line, a in self.admissions:
             c = a["ceiling"]
             inputs = AdmissionInputs(
@@ -61,6 +66,11 @@ class AdmissionRules(CheckBase):
             maybe = self.crossing is not None and self.crossing[0] <= t
             if inputs.crossed != crossed and not (maybe and inputs.crossed):
                 bad(f"crossed {inputs.crossed} but the files say {crossed}")
+            if "run_id" in a:
+                self.check_attempt_admission(line, a, admits_at)
+                if a.get("decision") == "refuse":
+                    refused.add(system)
+                continue
             # items under way: this one, and at most one per other lane whose admitted item is not yet done
             hi_way, lo_way = 1, 1
             for (s, lane), seq in admits.items():
@@ -81,3 +91,31 @@ class AdmissionRules(CheckBase):
                 bad(f"under_way {inputs.under_way}: the files imply {lo_way}..{hi_way}")
             if a.get("decision") == "refuse":
                 refused.add(system)
+
+    def check_attempt_admission(self, line: int, a: dict[str, Any],
+                                admits: dict[tuple[str, int], list[tuple[float, dict[str, Any]]]]) -> None:
+        """An admission naming its attempt (admission per attempt): the attempt is its plan cell's, and
+        `under_way` is this attempt plus, per other lane of the system, the attempt it last admitted in the
+        invocation when that attempt's record is not yet written (ended after this decision, or missing)."""
+        t, system = float(a["at"]), a["system"]
+        req = self.requests.get(a["run_id"])
+        if req is None or req.system != system or req.item != a["item"] or req.lane != a["lane"]:
+            self.p("admission.jsonl", line, "admission_inputs", f"run id {a['run_id']!r} is not a cell of "
+                   f"{system}, item {a['item']}, lane {a['lane']} in the plan")
+        records = {(r["run_id"], r["rerun"], r["attempt"]): r for r, _ in self.by_line.values()}
+        lo_way = hi_way = 1
+        for (s, lane), seq in admits.items():
+            if s != system or lane == a["lane"]:
+                continue
+            prior = [x for at, x in seq if at < t and self.invocation_of(at) == self.invocation_of(t)]
+            if not prior or "run_id" not in prior[-1]:
+                continue
+            last = prior[-1]
+            rec = records.get((last["run_id"], last["rerun"], last["attempt"]))
+            if rec is None:
+                hi_way += 1  # in flight at a crash, or never sent (a crash between admission and intent)
+            elif float(rec["ended"]) > t:
+                lo_way, hi_way = lo_way + 1, hi_way + 1
+        if not lo_way <= a["under_way"] <= hi_way:
+            self.p("admission.jsonl", line, "admission_inputs",
+                   f"under_way {a['under_way']}: the files imply {lo_way}..{hi_way} attempts under way")

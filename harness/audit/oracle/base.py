@@ -1,6 +1,6 @@
 """The oracle's state and the helpers every rule family shares: problems, invocations, spend up to a time.
 
-Each rule family (`attempts`, `finals`, `lanes`, `spend`, `admission`, `halts`, `anchors`) is a
+Each rule family (`attempts`, `finals`, `lanes`, `spend`, `admission`, `intents`, `halts`, `anchors`) is a
 mixin over `CheckBase`; `check.Check` runs them in order. The rules are listed in docs/oracle.md.
 """
 
@@ -97,6 +97,7 @@ class CheckBase:
     runs: dict[tuple[str, int], list[tuple[int, dict[str, Any], str]]]
     by_line: dict[int, tuple[dict[str, Any], str]]
     attempt_events: list[Line]
+    attempt_admissions: set[tuple[str, int, float]]
     finals: dict[str, list[Line]]
     late_costs: dict[tuple[str, int, int], float]
     spend: list[tuple[float, str, float]]

@@ -17,6 +17,7 @@ from harness.audit.oracle.attempts import AttemptRules
 from harness.audit.oracle.base import Problem, Rules, repair
 from harness.audit.oracle.finals import FinalRules
 from harness.audit.oracle.halts import HaltRules
+from harness.audit.oracle.intents import IntentRules
 from harness.audit.oracle.lanes import LaneRules
 from harness.audit.oracle.shapes import (
     admission_problem,
@@ -39,7 +40,7 @@ __all__ = ["Check", "run_problems"]
 PathArg = str | os.PathLike[str]
 
 
-class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, HaltRules, AnchorRules):
+class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, IntentRules, HaltRules, AnchorRules):
     """Every rule family over one stage folder."""
 
     def _log(self, name: str) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
@@ -132,6 +133,7 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Hal
         self.check_spend()
         self.check_late_costs_owed()
         self.check_admissions()
+        self.check_intents()
         self.check_halts()
         self.check_required_halts()
         self.check_anchors(self._shaped("anchors", logs["anchors"][0], anchor_problem))

@@ -185,6 +185,10 @@ class HaltRules(CheckBase):
             system = self.requests[rid].system
             if any(lo <= end and hi > t for lo, hi, _ in halts.get(system, [])):
                 continue
+            # admission per attempt (records naming their attempt): a refusal before the end excuses it
+            if any(a["system"] == system and a["decision"] == "refuse" and "run_id" in a
+                   and self.invocation_of(float(a["at"])) == inv and float(a["at"]) <= end for _, a in self.admissions):
+                continue
             self.p("finals.jsonl", line, "rerun_skipped",
                    f"{rid}: rerun {final['rerun'] + 1} owed but never run though the invocation ended at {end}")
         # A run's end owes its final at once; only a failed verifier (a harness stop) or a runner error

@@ -38,12 +38,15 @@ class LaneRules(CheckBase):
                            f"{system} lane {lane}: an attempt started at {b[0]} before the one at {a[0]} ended at {a[1]}")
         # admissions per lane, in plan order within an invocation; attempts on the last admitted item
         admits: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
+        self.attempt_admissions = {(a["system"], a["lane"], float(a["at"])) for _, a in self.admissions if "run_id" in a}
         for line, adm in self.admissions:
             if adm["decision"] == "admit":
                 admits.setdefault((adm["system"], adm["lane"]), []).append((float(adm["at"]), line, adm["item"]))
         position = {(r.system, r.item): r.lane_position for r in self.requests.values()}
         for (system, lane), seq in admits.items():
             for (t0, _, i0), (t1, line, i1) in itertools.pairwise(seq):
+                if i0 == i1 and (system, lane, t1) in self.attempt_admissions:
+                    continue  # admission per attempt: the item's next attempt
                 if self.invocation_of(t0) == self.invocation_of(t1) and position.get((system, i1), -1) <= position.get((system, i0), -1):
                     self.p("admission.jsonl", line, "lane_order",
                            f"{system} lane {lane}: item {i1} admitted after {i0} in the same invocation")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from harness.records._shape import NUM, STR, Shape, shape_error
-from harness.records.admission import ADMISSION_FIELDS
+from harness.records.admission import admission_shape
 from harness.records.anchor import ANCHOR_FIELDS
 from harness.records.final import FINAL_FIELDS
 from harness.records.run_event import EVENT_FIELDS, OPTIONAL_FIELDS, RUN_EVENT_KIND
@@ -23,7 +23,7 @@ __all__ = ["EVENT_RULE", "FINAL_SHAPE", "admission_problem", "anchor_problem", "
 EVENT_RULE: Final[Mapping[str, str]] = {
     "start": "halted", "attempt": "attempt_logged", "lane": "lane_order", "stop": "halted", "pause": "halted",
     "resume_paused": "halted", "signal": "halted", "ceiling": "ceiling", "late_cost": "late_cost",
-    "end": "incomplete", "anchor_push": "anchor",
+    "intent": "intent", "end": "incomplete", "anchor_push": "anchor",
 }
 """The rule under which a malformed run event of each kind is reported."""
 FINAL_SHAPE: Final[Shape] = {"kind": STR, **FINAL_FIELDS}
@@ -41,7 +41,7 @@ def event_problem(e: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def admission_problem(a: Mapping[str, Any]) -> tuple[str, str] | None:
-    bad = shape_error(a, ADMISSION_FIELDS)
+    bad = shape_error(a, admission_shape(a))
     return None if bad is None else ("admission_rule", bad)
 
 
