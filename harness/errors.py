@@ -115,6 +115,8 @@ class Code(StrEnum):
     STATE_TAMPERED = "state_tampered"
     VERIFIER_CHANGED_SINCE_INIT = "verifier_changed_since_init"
     TASK_CHANGED_SINCE_INIT = "task_changed_since_init"
+    JOURNAL_SHORTENED = "journal_shortened"
+    JOURNAL_REWRITTEN = "journal_rewritten"
 
     # dispatch: a worker cannot be dispatched
     DISPATCH_BUDGET_EXHAUSTED = "dispatch_budget_exhausted"
@@ -123,11 +125,13 @@ class Code(StrEnum):
     PREFLIGHT_RECEIPT_STALE = "preflight_receipt_stale"
     WORKER_COMMAND_MISSING = "worker_command_missing"
     WORKER_SPAWN_FAILED = "worker_spawn_failed"
+    GIT_DIR_CHANGED = "git_dir_changed"
 
     # verify: the verifier cannot be run safely
     VERIFICATION_INPUT_CHANGED = "verification_input_changed"
     MODULE_SHADOW_DETECTED = "module_shadow_detected"
     UNSAFE_WORKSPACE_ENTRY = "unsafe_workspace_entry"
+    SCOPE_VIOLATION = "scope_violation"
     UNSUPPORTED_SPECIAL_FILE = "unsupported_special_file"
     TREE_CHANGED_DURING_VERIFY = "tree_changed_during_verify"
 

@@ -112,7 +112,7 @@ def forest_plot(comparisons: pl.DataFrame, stem: PathArg) -> list[str]:
     rows = list(comparisons.iter_rows(named=True))
     with _figure(8.0, max(2.6, 0.55 * len(rows) + 1.6)) as fig:
         ax = fig.add_subplot()
-        ax.set_title("Paired comparisons: the 1 - 2 alpha interval of p_a - p_b against the margin")
+        ax.set_title("Comparisons: the registered test's 1 - 2 alpha interval of p_a - p_b against the margin")
         ax.set_xlabel("difference in pass rate, a - b")
         if not rows:
             _empty(ax, "no comparisons")

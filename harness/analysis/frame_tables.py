@@ -21,8 +21,14 @@ from harness.analysis.tables import q_table
 from harness.audit.frame import validate_attempts
 from harness.prereg.design import Comparison, Design, Stage
 from harness.prereg.plan import FULL_STAGE, MATRIX_STAGE
-from harness.stats.paired import independent_tost, paired_from_counts
-from harness.stats.power import items_needed, minimum_detectable_margin, tost_power
+from harness.stats.paired import binomial_design_effect, independent_tost, paired_from_counts
+from harness.stats.power import (
+    EXACT_MAX_ITEMS,
+    exact_tost_power,
+    items_needed,
+    minimum_detectable_margin,
+    tost_power,
+)
 
 __all__ = [
     "BREAKEVEN_SCHEMA",
@@ -44,8 +50,9 @@ COMPARISON_SCHEMA: Final[dict[str, Any]] = {
     "ci_low": _F, "ci_high": _F, "wald_p": _F, "tango_p": _F, "mcnemar_p": _F, "method": _S, "verdict": _S,
     # beyond the contract's columns
     "test": _S, "n11": _I, "n00": _I, "n_a": _I, "n_b": _I, "unpaired": _I, "dropped_exhausted": _I,
-    "design_effect": _F,
-    "wald_p_lower": _F, "wald_p_upper": _F, "tango_p_lower": _F, "tango_p_upper": _F, "note": _S,
+    "design_effect": _F, "ci_method": _S, "p": _F, "wald_ci_low": _F, "wald_ci_high": _F,
+    "wald_p_lower": _F, "wald_p_upper": _F, "tango_p_lower": _F, "tango_p_upper": _F,
+    "design_effect_a": _F, "design_effect_b": _F, "note": _S,
 }
 BREAKEVEN_SCHEMA: Final[dict[str, Any]] = {
     "stage": _S, "arm": _S, "cheap": _S, "strong": _S, "gate": _S, "note": _S, "n_pairs": _I, "n_items": _I,
@@ -63,6 +70,7 @@ POWER_SCHEMA: Final[dict[str, Any]] = {
     "expected_a": _F, "expected_b": _F, "correlation": _F, "items": _I, "repeats": _I,
     "items_registered": _I, "power_at_n": _F, "items_needed": _I, "items_needed_closed_form": _I,
     "reaches": pl.Boolean, "minimum_detectable_margin": _F, "note": _S,
+    "power_at_n_normal": _F, "items_needed_normal": _I, "power_method": _S,
 }
 _PAIR_KEYS: Final = ("item", "repeat")
 _CELL_KEYS: Final = ("stage", "system", "arm", "item", "repeat")
@@ -187,13 +195,21 @@ def _paired_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict[str,
     except ValueError as exc:
         return {**row, "n": n, "n_items": n_items, "n11": n11, "b10": b10, "b01": b01,
                 "n00": n - n11 - b10 - b01, "note": f"not computed: {exc}"}
-    note = None
+    notes = [r.note] if r.note else []
     if row["unpaired"]:
-        note = f"{row['unpaired']} standing cells without a partner on the same (item, repeat) left out"
+        notes.append(f"{row['unpaired']} standing cells without a partner on the same (item, repeat) left out")
     fields = ("n", "n_items", "n11", "b10", "b01", "n00", "p_a", "p_b", "diff", "se", "se_method", "design_effect",
-              "ci_low", "ci_high", "wald_p", "wald_p_lower", "wald_p_upper", "tango_p", "tango_p_lower",
-              "tango_p_upper", "mcnemar_p", "method", "verdict")
-    return {**row, **{k: getattr(r, k) for k in fields}, "note": note}
+              "ci_low", "ci_high", "ci_method", "p", "wald_ci_low", "wald_ci_high", "wald_p", "wald_p_lower",
+              "wald_p_upper", "tango_p", "tango_p_lower", "tango_p_upper", "mcnemar_p", "method", "verdict")
+    return {**row, **{k: getattr(r, k) for k in fields}, "note": "; ".join(notes) or None}
+
+
+def _design_effect(cells: pl.DataFrame, design: Design) -> float:
+    """One system's pass-rate design effect clustered by item (1 without repeats or clustering)."""
+    if design.clustering != "item" or cells.get_column("item").n_unique() == cells.height:
+        return 1.0
+    per_item = cells.group_by("item").agg(pl.col("passed").cast(_I).sum().alias("s"), pl.len().alias("k"))
+    return binomial_design_effect([(int(s), int(k)) for s, k in per_item.select("s", "k").iter_rows()])
 
 
 def _independent_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict[str, Any]:
@@ -205,14 +221,24 @@ def _independent_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict
     if n_a == 0 or n_b == 0:
         empty = " and ".join(s for s, k in ((c.a, n_a), (c.b, n_b)) if k == 0)
         return {**row, "note": f"no standing cells of {empty} on arm {c.arm}"}
+    deff_a = _design_effect(both.filter(pl.col("system") == c.a), design)
+    deff_b = _design_effect(both.filter(pl.col("system") == c.b), design)
     try:
-        r = independent_tost(pass_a, n_a, pass_b, n_b, c.margin, design.alpha)
+        r = independent_tost(pass_a, n_a, pass_b, n_b, c.margin, design.alpha,
+                             design_effect_a=deff_a, design_effect_b=deff_b)
     except ValueError as exc:
         return {**row, "note": f"not computed: {exc}"}
-    return {**row, "p_a": pass_a / n_a, "p_b": pass_b / n_b, "diff": r.diff, "se": r.se, "se_method": "independent",
-            "ci_low": r.ci_low, "ci_high": r.ci_high, "wald_p": r.p, "wald_p_lower": r.p_lower,
-            "wald_p_upper": r.p_upper, "method": "wald_independent", "verdict": r.verdict,
-            "note": "independent-samples Wald TOST (the registered test); pairing and McNemar do not apply"}
+    clustered = deff_a > 1.0 or deff_b > 1.0
+    return {**row, "p_a": pass_a / n_a, "p_b": pass_b / n_b, "diff": r.diff, "se": r.se,
+            "se_method": "independent, clustered by item" if clustered else "independent",
+            "design_effect_a": r.design_effect_a, "design_effect_b": r.design_effect_b,
+            "ci_low": r.ci_low, "ci_high": r.ci_high, "ci_method": "miettinen-nurminen score", "p": r.p,
+            "wald_ci_low": r.wald_ci_low, "wald_ci_high": r.wald_ci_high, "wald_p": r.wald_p,
+            "wald_p_lower": r.wald_p_lower, "wald_p_upper": r.wald_p_upper, "method": "miettinen-nurminen",
+            "verdict": r.verdict,
+            "note": "independent-samples Miettinen-Nurminen score TOST (the registered test); pairing and "
+                    "McNemar do not apply" + ("; each system's variance inflated by its design effect "
+                                              "(repeats clustered by item)" if clustered else "")}
 
 
 def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: list[str],
@@ -315,13 +341,18 @@ def _power(design: Design, stage_ids: list[str]) -> pl.DataFrame:
             try:
                 needed = items_needed(margin=c.margin, power=design.power, **common)
                 mdm = minimum_detectable_margin(n, power=design.power, **common)
-                at_n = tost_power(n, margin=c.margin, **common)
+                at_normal = tost_power(n, margin=c.margin, **common)
+                exact = mdm is not None and n <= EXACT_MAX_ITEMS
+                at_n = exact_tost_power(n, margin=c.margin, **common) if exact else at_normal
             except ValueError as exc:
                 rows.append({**row, "items_registered": n, "note": f"not computed: {exc}"})
                 continue
             rows.append({**row, "items_registered": n,
                          "power_at_n": None if mdm is None else at_n,  # None: an impossible correlation
-                         "items_needed": needed.n, "items_needed_closed_form": needed.n_closed_form,
+                         "power_at_n_normal": None if mdm is None else at_normal,
+                         "power_method": None if mdm is None else ("exact" if exact else "normal"),
+                         "items_needed": needed.n, "items_needed_normal": needed.n_normal,
+                         "items_needed_closed_form": needed.n_closed_form,
                          "reaches": None if needed.n is None else n >= needed.n,
                          "minimum_detectable_margin": mdm, "note": needed.reason})
     return frame_of(rows, POWER_SCHEMA)

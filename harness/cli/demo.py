@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from harness.evidence.git import run_git
+
 __all__ = ["main", "make_workspace"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,10 +50,10 @@ def make_workspace(task_dir: Path, parent: Path) -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     ws = parent / "workspace"
     shutil.copytree(task_dir / "workspace", ws)
-    git = ["git", "-C", str(ws), "-c", "user.name=proctor demo", "-c", "user.email=demo@proctor.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "task as given"], check=True)
+    who = {f"GIT_{role}_{what}": value for role in ("AUTHOR", "COMMITTER")
+           for what, value in (("NAME", "proctor demo"), ("EMAIL", "demo@proctor.invalid"))}  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "task as given"]):
+        run_git(args, git_dir=str(ws / ".git"), work_tree=str(ws), env=who).check_returncode()
     return ws
 
 

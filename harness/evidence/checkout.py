@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
+from harness.evidence.git import git_dir_of, run_git
+
 __all__ = ["UNKNOWN", "checkout_of", "package_checkout"]
 
 UNKNOWN: Final = "unknown"
@@ -17,13 +19,26 @@ UNKNOWN: Final = "unknown"
 _TIMEOUT_S: Final = 10.0
 
 
-def _git(root: str, *args: str) -> str | None:
+def _top(folder: str) -> tuple[str, str] | None:
+    """The work tree holding `folder` and its git folder, found as data (`git_dir_of`), or None."""
+    here = os.path.realpath(folder)
+    while True:
+        git_dir = git_dir_of(here)
+        if git_dir is not None:
+            return here, git_dir
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _git(top: str, git_dir: str, *args: str) -> str | None:
+    """`git ARGS` on that checkout through `run_git` (no hooks, fsmonitor, pager or user config)."""
     try:
-        got = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=_TIMEOUT_S,
-                             check=False, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+        got = run_git(list(args), git_dir=git_dir, work_tree=top, timeout_s=_TIMEOUT_S, env={"LC_ALL": "C"})
     except (OSError, subprocess.SubprocessError):
         return None
-    return got.stdout if got.returncode == 0 else None
+    return got.stdout.decode("utf-8", "replace") if got.returncode == 0 else None
 
 
 def checkout_of(folder: str | os.PathLike[str]) -> tuple[str, bool | None]:
@@ -32,12 +47,11 @@ def checkout_of(folder: str | os.PathLike[str]) -> tuple[str, bool | None]:
     Dirty means a tracked file outside `results/` differs from the commit (untracked files and
     the results a run appends to do not count).
     """
-    root = os.fspath(folder)
-    top = _git(root, "rev-parse", "--show-toplevel")
-    head = _git(root, "rev-parse", "--verify", "HEAD")
-    if top is None or head is None or not head.strip():
+    found = _top(os.fspath(folder))
+    head = None if found is None else _git(*found, "rev-parse", "--verify", "HEAD")
+    if found is None or head is None or not head.strip():
         return UNKNOWN, None
-    status = _git(top.strip(), "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    status = _git(*found, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return head.strip(), None if status is None else bool(status.strip())
 
 

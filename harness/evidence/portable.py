@@ -113,11 +113,14 @@ def shown_path(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> st
 
 
 def machine_names() -> dict[str, str]:
-    """This machine's folders a record names by role instead, longest first: the repository (`<repo>`),
+    """This machine's folders a record names by role instead, longest first: the repository (`<repo>`:
+    the installed package's, as imported and resolved, and the working folder's),
     the Python prefixes (`<python>`, `<python-base>`), home (`<home>`), the temporary folder (`<tmp>`)."""
     from harness.evidence.paths import repo_root
 
-    roles = [(str(repo_root(os.path.dirname(os.path.abspath(__file__)))), "<repo>"), (sys.prefix, "<python>"),
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # as imported
+    repos = [str(repo_root(os.path.dirname(os.path.abspath(__file__)))), str(repo_root()), package]
+    roles = [*((r, "<repo>") for r in repos), (sys.prefix, "<python>"),
              (sys.exec_prefix, "<python>"), (sys.base_prefix, "<python-base>"),
              (sys.base_exec_prefix, "<python-base>"), (os.path.expanduser("~"), "<home>"),
              (tempfile.gettempdir(), "<tmp>")]

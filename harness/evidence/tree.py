@@ -20,7 +20,7 @@ from typing import Final, TypeAlias
 from harness.errors import Code, Refusal, TreeRefusal
 from harness.evidence.tree_entry import TreeEntry, TreeSignature, signature_of
 
-__all__ = ["DEFAULT_EXCLUDES", "MAX_FILE_BYTES", "scan_tree", "tree_signature"]
+__all__ = ["DEFAULT_EXCLUDES", "MAX_FILE_BYTES", "scan_tree", "scan_tree_excluded", "tree_signature"]
 
 PathArg: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
@@ -106,6 +106,7 @@ class _Scan:
         self.root = root
         self.rules = rules
         self.out: dict[bytes, TreeEntry] = {}
+        self.excluded: list[bytes] = []
 
     def where(self, rel: bytes) -> bytes:
         return os.path.join(self.root, rel) if rel else self.root
@@ -162,16 +163,18 @@ def _list_dir(
             raise scan.unreadable(path, exc) from None
         fmt = stat.S_IFMT(st.st_mode)
         is_dir = fmt == stat.S_IFDIR
-        if rules.name_any is not None and rules.name_any.match(uname):
-            continue
-        if is_dir and rules.name_dir is not None and rules.name_dir.match(uname):
+        if (rules.name_any is not None and rules.name_any.match(uname)) or (
+            is_dir and rules.name_dir is not None and rules.name_dir.match(uname)
+        ):
+            scan.excluded.append(path)
             continue
         upath = ""
         if want_path:
             upath = urel + "/" + uname if urel else uname
-            if rules.path_any is not None and rules.path_any.match(upath):
-                continue
-            if is_dir and rules.path_dir is not None and rules.path_dir.match(upath):
+            if (rules.path_any is not None and rules.path_any.match(upath)) or (
+                is_dir and rules.path_dir is not None and rules.path_dir.match(upath)
+            ):
+                scan.excluded.append(path)
                 continue
         if fmt == stat.S_IFREG:
             out[path] = _read_file(scan, dfd, name_b, path, st)
@@ -276,6 +279,8 @@ def _open_subdir(scan: _Scan, dfd: int, name: bytes, path: bytes, st: os.stat_re
 def scan_tree(root: PathArg, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> dict[bytes, TreeEntry]:
     """Every recorded entry under `root`, keyed by relative path bytes.
 
+    `scan_tree_excluded` also returns what the exclusions left out.
+
     Args:
         root: the workspace folder.
         excludes: the task's exclusion patterns (see the module docstring).
@@ -284,6 +289,19 @@ def scan_tree(root: PathArg, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> dict
         Refusal: ``workspace_missing``, ``not_a_directory``, ``tree_unreadable``,
             ``tree_changed_during_scan`` or ``exclusion_invalid``.
     """
+    return _scan(root, excludes).out
+
+
+def scan_tree_excluded(
+    root: PathArg, excludes: Sequence[str] = DEFAULT_EXCLUDES
+) -> tuple[dict[bytes, TreeEntry], list[bytes]]:
+    """`scan_tree`, and the relative paths the exclusions left out (an excluded folder once,
+    never walked into): what the signature does not cover (docs/gated-path.md)."""
+    scan = _scan(root, excludes)
+    return scan.out, sorted(scan.excluded)
+
+
+def _scan(root: PathArg, excludes: Sequence[str]) -> _Scan:
     rules = _compile_excludes(excludes)
     root_b = os.fsencode(root)
     scan = _Scan(root_b, rules)
@@ -306,7 +324,7 @@ def scan_tree(root: PathArg, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> dict
     finally:
         for fd, _ in stack:
             os.close(fd)
-    return scan.out
+    return scan
 
 
 def tree_signature(root: PathArg, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> TreeSignature:

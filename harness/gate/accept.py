@@ -13,13 +13,18 @@ The manual: docs/gated-path.md.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import Code, GateRefusal
-from harness.evidence.tree import tree_signature
+from harness.evidence.tree_entry import signature_of
+from harness.gate.baseline import baseline_entries
+from harness.gate.continuity import check_continuity
 from harness.gate.receipts import load_receipt
+from harness.gate.record import record_seed
+from harness.gate.scope import check_scope, scan_purged
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import check_pin, gated
 from harness.records.journal import AcceptEvent, OverrideEvent
@@ -104,6 +109,17 @@ def accept(
     refuse_nested("accept")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("accept"):
         check_pin(gate.task, gate.pin)
+        check_continuity(gate, record_seed(gate))
+        git_refused = [
+            e for e in gate.events
+            if e["event"] == "refused" and e["action"] == "dispatch" and e["refusal"] == Code.GIT_DIR_CHANGED
+        ]  # fmt: skip
+        if git_refused:
+            raise GateRefusal(
+                Code.GIT_DIR_CHANGED,
+                f"a worker changed the workspace's .git ({len(git_refused)} dispatches): nothing it left is accepted",
+                os.path.join(gate.workspace, ".git"),
+            )
         verifies = [e for e in gate.events if e["event"] == "verify"]
         if not verifies:
             raise GateRefusal(Code.RECEIPT_MISSING, "no receipt: run `proctor verify` first", gate.workspace)
@@ -127,9 +143,11 @@ def accept(
                 f"dispatch {latest_seq} ran after receipt {receipt.receipt_id}; verify again",
                 path,
             )
-        tree = tree_signature(gate.workspace, tuple(gate.pin["excludes"]))
+        current = scan_purged(gate, "accept")
+        tree = signature_of(current)
         if tree.digest != receipt.tree:
             raise GateRefusal(Code.RECEIPT_STALE, "the workspace changed since the receipt; verify again", gate.workspace)
+        check_scope(gate, baseline_entries(gate), current, gate.workspace)
         overrides = []
         if latest_seq == 0 and receipt.verifier_nondiscriminating:
             if not allow_zero_dispatch:

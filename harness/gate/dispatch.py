@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
 from harness.evidence.fsutil import atomic_write, cap_output, ensure_private_dir
+from harness.evidence.git import git_dir_snapshot, snapshot_changes
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.tree import scan_tree, tree_signature
 from harness.evidence.tree_entry import TreeEntry, TreeSignature, diff_trees
@@ -284,6 +285,7 @@ def dispatch(
             view = View(
                 cwd=gate.workspace, writable=(gate.workspace,), readable=readable, placed=tuple(placed),
                 placed_writable=((beats, os.path.join(IN_SANDBOX, "heartbeat")),), withheld=withheld_paths(gate),
+                read_only=(os.path.join(gate.workspace, ".git"),),
             )
             wrapped = box.wrap(argv, view, env, resolve_limits())
             if switch:
@@ -308,6 +310,7 @@ def dispatch(
                 )
             )
             watched = _state_entries(gate, dispatch_id)
+            git_before = git_dir_snapshot(gate.workspace)
             try:
                 if sandboxed and program is None:
                     raise FileNotFoundError(2, "No such file or directory", argv[0])
@@ -325,6 +328,7 @@ def dispatch(
         # The tamper and state checks first: nothing the worker left (a huge output, a
         # sparse file, a tree that cannot be read) may keep them from being journaled.
         tampered = _state_changes(gate, dispatch_id, watched)
+        git_changed = snapshot_changes(git_before, git_dir_snapshot(gate.workspace))
         wire, wire_forged = wire_end(metering) if "proxy" in metering else (None, None)
         try:
             tree, output_sha256, kept, cut, end_error = _read_end(gate, output)
@@ -348,6 +352,14 @@ def dispatch(
         finally:
             if tampered or wire_forged:
                 _refuse_tampering(gate, dispatch_id, tampered, wire, wire_forged)
+            if git_changed:
+                raise GateRefusal(
+                    Code.GIT_DIR_CHANGED,
+                    f"the worker changed the workspace's .git ({len(git_changed)} paths); its config and hooks may "
+                    "run code as you: inspect them before any git command here; this task can no longer be accepted",
+                    git_changed[0],
+                    paths=git_changed,
+                )
         if isinstance(tree, Refusal):
             raise tree
     return DispatchResult(

@@ -9,10 +9,10 @@ import difflib
 import hashlib
 import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from harness.evidence.git import head_blobs
 from harness.evidence.jsonio import read_bytes
 from harness.evidence.tree import scan_tree
 from harness.evidence.tree_entry import diff_trees, display_path
@@ -36,40 +36,13 @@ _TEST_NAME: Final = re.compile(r"^\s*(?:async\s+)?def\s+(test\w*)\s*\(", re.MULT
 def _git_blobs(workspace: str, wanted: Mapping[bytes, str]) -> dict[bytes, bytes]:
     """Baseline contents from the workspace's git HEAD, kept only when they hash as the baseline says.
 
-    `git cat-file --batch` runs no filter, hook, textconv or external diff
-    that the workspace's (worker-writable) git config could name; content that
-    does not match the baseline manifest (a moved HEAD) is left out.
+    Read by `harness.evidence.git.head_blobs`: no key of the workspace's
+    (worker-writable) git config is read, so no hook, filter, fsmonitor or
+    lazy fetch runs; content that does not match the baseline manifest (a
+    moved HEAD) is left out.
     """
-    paths = [p for p in sorted(wanted) if b"\n" not in p]
-    if not paths:
-        return {}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    try:
-        done = subprocess.run(
-            ["git", "-c", "core.fsmonitor=false", "-C", workspace, "cat-file", "--batch"],
-            input=b"".join(b"HEAD:" + p + b"\n" for p in paths),
-            capture_output=True,
-            timeout=60,
-            env=env,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    out, pos, found = done.stdout, 0, {}
-    for path in paths:
-        end = out.find(b"\n", pos)
-        if end < 0:
-            break
-        header = out[pos:end].split()
-        pos = end + 1
-        if len(header) != 3 or not header[2].isdigit():
-            continue  # "<name> missing" or "ambiguous"
-        size = int(header[2])
-        body = out[pos : pos + size]
-        pos += size + 1
-        if header[1] == b"blob" and hashlib.sha256(body).hexdigest() == wanted[path]:
-            found[path] = body
-    return found
+    blobs = head_blobs(workspace, sorted(wanted))
+    return {p: body for p, body in blobs.items() if hashlib.sha256(body).hexdigest() == wanted[p]}
 
 
 def _text_of(data: bytes | None) -> str | None:

@@ -165,16 +165,25 @@ def module_shadows(
 def escaping_entries(
     baseline: Mapping[bytes, TreeEntry], current: Mapping[bytes, TreeEntry]
 ) -> list[dict[str, str]]:
-    """New or changed links that leave the workspace, and special files (FIFO, socket, device)."""
+    """New or changed special files (FIFO, socket, device), and links that leave the workspace.
+
+    A link leaves when its target does on its own (absolute, or `..` above the
+    root), or when its whole chain, resolved link by link through the tree as
+    the kernel would, ends outside: `x/up -> ..` then `t -> x/up/../elsewhere`
+    each stay inside on their own. Every link that leaves now is refused unless
+    it is unchanged since init and left then too.
+    """
     found = []
     for path, entry in sorted(current.items()):
-        if not changed_since(baseline, current, path):
-            continue
-        if entry.kind in ("fifo", "socket", "char_device", "block_device"):
+        changed = changed_since(baseline, current, path)
+        if changed and entry.kind in ("fifo", "socket", "char_device", "block_device"):
             found.append({"path": display_path(path), "why": f"special file ({entry.kind})"})
-        elif entry.kind == "link" and entry.target is not None and _link_escapes(path, entry.target):
+        elif entry.kind == "link" and entry.target is not None:
             target = entry.target.decode("utf-8", "backslashreplace")
-            found.append({"path": display_path(path), "why": f"link out of the workspace to {target}"})
+            if changed and _link_escapes(path, entry.target):
+                found.append({"path": display_path(path), "why": f"link out of the workspace to {target}"})
+            elif _chain_escapes(path, current) and (changed or not _chain_escapes(path, baseline)):
+                found.append({"path": display_path(path), "why": f"link to {target} resolves out of the workspace through links"})
     return found
 
 
@@ -183,6 +192,37 @@ def _link_escapes(path: bytes, target: bytes) -> bool:
         return True
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     return joined == b".." or joined.startswith(b"../")
+
+
+_MAX_HOPS = 40
+"""Links followed in one resolution, as Linux's ELOOP limit: a longer chain resolves nowhere."""
+
+
+def _chain_escapes(path: bytes, entries: Mapping[bytes, TreeEntry]) -> bool:
+    """True when the link at `path`, followed through every link of `entries`, ends outside the tree."""
+    resolved = path.split(b"/")[:-1]
+    todo = [path.split(b"/")[-1]]
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in (b"", b"."):
+            continue
+        if part == b"..":
+            if not resolved:
+                return True
+            resolved.pop()
+            continue
+        entry = entries.get(b"/".join([*resolved, part]))
+        if entry is None or entry.kind != "link" or entry.target is None:
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_HOPS:
+            return False
+        if entry.target.startswith(b"/"):
+            return True
+        todo = [*entry.target.split(b"/"), *todo]
+    return False
 
 
 def _fingerprint(path: str) -> str:

@@ -14,6 +14,7 @@ from harness.errors import Code, GateRefusal, MeterRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.gate.continuity import check_continuity, journal_mark
 from harness.gate.escalation import escalation_state
 from harness.gate.receipts import load_receipt
 from harness.gate.state import refuse_nested
@@ -188,6 +189,7 @@ def record_task(
     refuse_nested("record")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("record"):
         check_pin(gate.task, gate.pin)
+        check_continuity(gate, record_seed(gate))
         esc = escalation_state(gate.pin["lane"]["lane"], gate.events)
         starts = [e for e in gate.events if e["event"] == "dispatch_start"]
         receipt = _receipt(gate)
@@ -213,6 +215,8 @@ def record_task(
             },
             "receipt": receipt,
             "accept": _accept_state(gate, receipt),
+            "journal_lines": journal_mark(gate.events)[0],
+            "journal_head": journal_mark(gate.events)[1],
         }
         row: TaskRecord
         if logs:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -105,13 +106,95 @@ def restore_sealed(
 
 
 def lay_hidden(copy_root: str, state_root: str, hidden: Sequence[Mapping[str, Any]]) -> None:
-    """Lay the hidden inputs into the verification copy (never into the workspace)."""
-    for item in hidden:
-        source = os.path.join(state_root, "hidden", item["stored"])
-        dest = os.path.join(copy_root, item["to"])
-        remove_entry(dest)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        if item["kind"] == "dir":
-            shutil.copytree(source, dest, symlinks=True)
-        else:
-            shutil.copy2(source, dest)
+    """Lay the hidden inputs into the verification copy (never into the workspace).
+
+    Every folder on the way is opened beneath the copy's root without following
+    a link (`O_NOFOLLOW`, relative to its parent's descriptor), so a chain of
+    links the worker planted cannot carry the write anywhere else: a link or a
+    file where a folder must be is refused (`unsafe_workspace_entry`).
+    """
+    root_fd = os.open(copy_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for item in hidden:
+            source = os.path.join(state_root, "hidden", item["stored"])
+            *parents, name = [p for p in item["to"].split("/") if p not in ("", ".")]
+            folder = _open_folder(root_fd, parents, copy_root)
+            try:
+                _remove_at(folder, name)
+                if item["kind"] == "dir":
+                    _copy_folder(source, folder, name)
+                else:
+                    _copy_file(source, folder, name)
+            finally:
+                os.close(folder)
+    finally:
+        os.close(root_fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_folder(root_fd: int, parts: Sequence[str], shown_root: str) -> int:
+    """A descriptor of the folder `parts` beneath `root_fd`, made where missing, never through a link."""
+    fd = os.dup(root_fd)
+    for depth, part in enumerate(parts):
+        if part == "..":
+            os.close(fd)
+            raise GateRefusal(Code.UNSAFE_WORKSPACE_ENTRY, "a hidden input's place climbs out of the copy", shown_root)
+        try:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            where = "/".join(parts[: depth + 1])
+            raise GateRefusal(
+                Code.UNSAFE_WORKSPACE_ENTRY,
+                f"a link or a file stands where a hidden input's folder goes ({exc.strerror}); never followed",
+                os.path.join(shown_root, where),
+                entries=[{"path": where, "why": "not a real folder"}],
+            ) from None
+        os.close(fd)
+        fd = child
+    return fd
+
+
+def _remove_at(folder: int, name: str) -> None:
+    """Remove whatever stands at `name` in `folder`: a link or a file (unlinked), a folder (with its contents)."""
+    try:
+        st = os.lstat(name, dir_fd=folder)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=folder)
+    else:
+        os.unlink(name, dir_fd=folder)
+
+
+def _copy_file(source: str, folder: int, name: str) -> None:
+    data = read_bytes(source)
+    mode = stat.S_IMODE(os.stat(source).st_mode)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _copy_folder(source: str, folder: int, name: str) -> None:
+    """Copy the stored hidden folder `source` (files and folders only) to `name` in `folder`."""
+    os.mkdir(name, stat.S_IMODE(os.stat(source).st_mode), dir_fd=folder)
+    fd = os.open(name, _DIR_FLAGS, dir_fd=folder)
+    try:
+        for entry in sorted(os.scandir(source), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                _copy_folder(entry.path, fd, entry.name)
+            elif entry.is_file(follow_symlinks=False):
+                _copy_file(entry.path, fd, entry.name)
+    finally:
+        os.close(fd)

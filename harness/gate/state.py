@@ -21,6 +21,7 @@ from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log
 from harness.evidence.clock import Clock, utc_iso
 from harness.evidence.fsutil import atomic_write, ensure_private_dir
+from harness.evidence.git import git_dir_of, run_git
 from harness.evidence.jsonio import Loaded, canonical_bytes, read_json, sha256_hex
 from harness.evidence.lock import InvocationLock
 
@@ -30,21 +31,21 @@ NESTED_ENV = "PROCTOR_CHILD"
 
 
 def workspace_root(workspace: str | os.PathLike[str]) -> str:
-    """The workspace's real path; refuses anything but the top of a git work tree."""
+    """The workspace's real path; refuses anything but the top of a git work tree.
+
+    Read as data (`harness.evidence.git.git_dir_of`): the workspace's `.git/config`
+    is the worker's to write, so no git command runs in the workspace's repository.
+    """
     path = os.path.realpath(os.fspath(workspace))
     if not os.path.isdir(path):
         raise TreeRefusal(Code.WORKSPACE_MISSING, "no such folder", path)
     try:
-        top = subprocess.run(
-            ["git", "-C", path, "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        version = run_git(["--version"], git_dir=None, timeout_s=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GateRefusal(Code.GIT_UNAVAILABLE, f"cannot run git: {exc}", path) from None
-    if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != path:
+    if version.returncode != 0:
+        raise GateRefusal(Code.GIT_UNAVAILABLE, "git --version failed", path)
+    if git_dir_of(path) is None:
         raise GateRefusal(Code.WORKSPACE_IS_NOT_REPO_ROOT, "the workspace must be the top of a git work tree", path)
     return path
 

@@ -18,6 +18,7 @@ from harness.evidence.layout import lay_entry
 from harness.evidence.tree import scan_tree
 from harness.evidence.tree_entry import TreeEntry, signature_of
 from harness.gate.baseline import baseline_entries
+from harness.gate.continuity import journal_mark
 from harness.gate.escalation import fingerprint
 from harness.gate.guards import (
     ancestor_inputs,
@@ -35,6 +36,7 @@ from harness.gate.results import (
     with_plugin,
 )
 from harness.gate.scan import scan_changed
+from harness.gate.scope import check_scope, scan_purged
 from harness.gate.seal import check_copies, lay_hidden, restore_sealed
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
@@ -181,7 +183,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         check_copies(gate.state.root, gate.pin["sealed"], gate.pin["hidden"])
         excludes = tuple(gate.pin["excludes"])
         baseline = baseline_entries(gate)
-        current = scan_tree(gate.workspace, excludes)
+        current = scan_purged(gate, "verify")
         changed = verification_input_changes(baseline, current)
         if changed:
             raise GateRefusal(
@@ -220,6 +222,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         if restored:
             gate.record(TamperEvent(paths=tuple(restored), action="restored"))
             current = scan_tree(gate.workspace, excludes)
+        check_scope(gate, baseline, current, gate.workspace)
         tampered = _tampered_since_dispatch(gate)
         tree = signature_of(current)
         suspicious = scan_changed(gate.workspace, baseline, current)
@@ -266,6 +269,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         failure_print = None if passed else fingerprint(
             output_bytes.decode("utf-8", "replace"), (copy, os.path.realpath(copy), gate.state.root)
         )
+        mark = journal_mark(gate.events)  # the verify event will be the next line
         receipt = Receipt(
             receipt_id=receipt_id,
             task_id=gate.task.task_id,
@@ -295,6 +299,8 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             results=results,
             suspicious_code=tuple(suspicious),
             visible_output_sha256=visible_sha,
+            journal_lines=mark[0],
+            journal_head=mark[1],
         )
         receipt_sha = gate.state.write_record(f"receipts/{receipt_id}.json", receipt.to_json())
         gate.record(

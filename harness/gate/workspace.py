@@ -61,7 +61,9 @@ class Gate:
             yield
         except Refusal as refusal:
             # A journal the refusal is about (broken, tampered) may refuse this append too:
-            # the first refusal is the one to report.
+            # the first refusal is the one to report. One found cut or rewritten gets no line.
+            if refusal.code in (Code.JOURNAL_SHORTENED, Code.JOURNAL_REWRITTEN):
+                raise
             with suppress(Refusal):
                 self.record(RefusedEvent(action=action, refusal=refusal.code, message=refusal.message))
             raise

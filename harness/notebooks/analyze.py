@@ -222,7 +222,7 @@ def _num(value: Any, fmt: str = ".3f") -> str:
 
 
 def verdict_lines(comparisons: Iterable[dict[str, Any]]) -> list[str]:
-    """One line per comparison: the difference, its 1-2*alpha interval, the margin and the verdict."""
+    """One line per comparison: the difference, the registered method's 1-2*alpha interval, the margin and the verdict."""
     out = []
     for r in comparisons:
         head = f"stage {r.get('stage')}: {r.get('a')} vs {r.get('b')} on {r.get('arm')}, margin {_num(r.get('margin'), 'g')}"
@@ -231,8 +231,11 @@ def verdict_lines(comparisons: Iterable[dict[str, Any]]) -> list[str]:
             continue
         alpha = r.get("alpha")
         level = f"{100 * (1 - 2 * alpha):g}% " if isinstance(alpha, (int, float)) else ""
-        p = r.get("tango_p") if str(r.get("method", "")).startswith("tango") else r.get("wald_p")
-        out.append(f"{head}: diff {_num(r.get('diff'), '+.3f')}, {level}CI [{_num(r.get('ci_low'))}, "
+        p = r.get("p")
+        if not isinstance(p, (int, float)):  # tables written before the registered method's p column
+            p = r.get("tango_p") if str(r.get("method", "")).startswith("tango") else r.get("wald_p")
+        ci = f"{r.get('ci_method')} " if r.get("ci_method") else ""
+        out.append(f"{head}: diff {_num(r.get('diff'), '+.3f')}, {level}{ci}CI [{_num(r.get('ci_low'))}, "
                    f"{_num(r.get('ci_high'))}], n {r.get('n')}, p {_num(p, '.4g')} ({r.get('method')}) "
                    f"-> {r.get('verdict')}")
     return out

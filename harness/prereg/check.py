@@ -160,6 +160,19 @@ def budget_of(design: Design, warnings: list[str]) -> dict[str, Any]:
                        **{s["slot"]: s["covers"] for s in systems}}}
 
 
+def _exact_or_normal(n: int, margin: float, alpha: float, common: dict[str, Any]) -> float:
+    """The registered test's exact power at n items; the normal approximation beyond the enumeration's
+    reach or for a correlation the rates cannot have."""
+    from harness.stats.power import EXACT_MAX_ITEMS, exact_tost_power, tost_power
+
+    if n <= EXACT_MAX_ITEMS:
+        try:
+            return exact_tost_power(n, margin=margin, alpha=alpha, **common)
+        except ValueError:
+            pass
+    return tost_power(n, margin=margin, alpha=alpha, **common)
+
+
 def _comparison_power(design: Design, index: int, warnings: list[str]) -> dict[str, Any]:
     from harness.stats.power import items_needed, minimum_detectable_margin, tost_power
 
@@ -175,7 +188,9 @@ def _comparison_power(design: Design, index: int, warnings: list[str]) -> dict[s
             stages.append({
                 "stage": stage.id, "items": n,
                 "reaches": needed.n is not None and n >= needed.n,
-                "power_at_items": tost_power(n, margin=c.margin, alpha=design.alpha, **common),
+                # the registered test's exact power (the normal approximation beside it; issue 15)
+                "power_at_items": _exact_or_normal(n, c.margin, design.alpha, common),
+                "power_at_items_normal": tost_power(n, margin=c.margin, alpha=design.alpha, **common),
                 "minimum_detectable_margin": minimum_detectable_margin(n, alpha=design.alpha, power=design.power,
                                                                        **common),
             })

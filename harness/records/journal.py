@@ -22,6 +22,7 @@ __all__ = [
     "LaneSwitch",
     "OverrideEvent",
     "ProviderSwitch",
+    "PurgeEvent",
     "RecordEvent",
     "RefusedEvent",
     "StateTampered",
@@ -158,6 +159,15 @@ class TamperEvent(JournalEvent):
 
 
 @dataclass(frozen=True)
+class PurgeEvent(JournalEvent):
+    """verify or accept removed what the tree signature excludes (bytecode caches) from the workspace."""
+
+    KIND: ClassVar[str] = "purge"
+    action: str
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class VerifyEvent(JournalEvent):
     KIND: ClassVar[str] = "verify"
     LEGACY: ClassVar[frozenset[str]] = frozenset({"fingerprint", "sandbox"})
@@ -214,7 +224,7 @@ class RefusedEvent(JournalEvent):
 EVENT_TYPES: Final[dict[str, type[JournalEvent]]] = {
     cls.KIND: cls
     for cls in (InitEvent, DispatchStart, DispatchEnd, LaneSwitch, ProviderSwitch, StateTampered, TamperEvent,
-                VerifyEvent, OverrideEvent, AcceptEvent, AckEvent, RecordEvent, RefusedEvent)
+                PurgeEvent, VerifyEvent, OverrideEvent, AcceptEvent, AckEvent, RecordEvent, RefusedEvent)
 }  # fmt: skip
 
 

@@ -18,8 +18,11 @@ RECEIPT_SCHEMA: Final = "proctor-receipt.v1"
 ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
-_ADDED: Final = frozenset({"results", "suspicious_code", "visible_output_sha256"})
+_ADDED: Final = frozenset({"results", Code.SUSPICIOUS_CODE.value, "visible_output_sha256"})
+"""Left out when None (issue 14's fields; the scan's field is named as the refusal it leads to)."""
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox", "output_truncated_from"})  # absent from receipts made before they were recorded
+_MARK: Final = frozenset({"journal_lines", "journal_head", "output_truncated_from"})
+"""Left out when None: the journal's mark (absent from older receipts) and an output that was not cut."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class Receipt:
     duration_s: float
     output_truncated_from: int | None = None
     """The output's size before it was cut to `OUTPUT_CAP` (docs/gated-path.md); None: not cut."""
+    journal_lines: int | None = None
+    """The journal's line count when the receipt was written (its verify event is the next line)."""
+    journal_head: str | None = None
+    """The sha256 of the journal's last line then: accept notices a shortened or rewritten journal."""
     results: TestResults | None = None
     """The proctor's pytest report against the expected tests; None for a verifier that is not pytest."""
     suspicious_code: tuple[SuspiciousLine, ...] | None = None
@@ -86,13 +93,12 @@ class Receipt:
     """A failing run with hidden inputs: the output of the verifier run again without them (what a worker may see)."""
 
     def to_json(self) -> dict[str, Any]:
-        """The receipt; the fields added by issue 14 are left out when null, so older receipts read back
-        to the same bytes."""
-        return {"schema": RECEIPT_SCHEMA, **write(self, omit_none=_ADDED)}
+        return {"schema": RECEIPT_SCHEMA, **write(self, _MARK | _ADDED)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:
-        """Read a receipt strictly (`receipt_invalid`); `fingerprint` and `sandbox` may be absent (older receipts)."""
+        """Read a receipt strictly (`receipt_invalid`); `fingerprint`, `sandbox` and the journal mark
+        may be absent (older receipts)."""
         Fields(obj, None, path, Code.RECEIPT_INVALID).shape({"schema": kind_is(RECEIPT_SCHEMA)})
         return read(cls, obj, code=Code.RECEIPT_INVALID, path=path, optional=_RECEIPT_LEGACY, ignore=_SCHEMA)
 

@@ -36,6 +36,7 @@ METERINGS: Final = ("wire", "flat_rate", "none")
 
 _OBJECTS: Final = Field("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v))
 _OPT_NUM: Final = Field("a number or null", lambda v: v is None or is_num(v))
+_OPT_INT: Final = Field("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 _TEXTS: Final = Field("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
@@ -53,7 +54,8 @@ class WireMetering:
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """One row of the task record; `wire` (spread into the row), `note` and `unmetered_dispatch_ids` only when set."""
+    """One row of the task record; `wire` (spread into the row), `note`, `unmetered_dispatch_ids` and the
+    journal mark (`journal_lines`, `journal_head`) only when set."""
 
     task_id: str
     task_sha256: str
@@ -74,6 +76,10 @@ class TaskRecord:
     wire: WireMetering | None = None
     note: Annotated[str | None, STR] = None
     unmetered_dispatch_ids: Annotated[tuple[str, ...] | None, _TEXTS] = None
+    journal_lines: Annotated[int | None, _OPT_INT] = None
+    """The journal's line count when the row was written (absent in older rows)."""
+    journal_head: Annotated[str | None, STR] = None
+    """The sha256 of the journal's last line then: `record` and accept notice a shortened or rewritten journal."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -100,6 +106,10 @@ class TaskRecord:
             out["by_model"] = self.wire.by_model
         if self.unmetered_dispatch_ids is not None:
             out["unmetered_dispatch_ids"] = list(self.unmetered_dispatch_ids)
+        if self.journal_lines is not None:
+            out["journal_lines"] = self.journal_lines
+        if self.journal_head is not None:
+            out["journal_head"] = self.journal_head
         return out
 
     @classmethod

@@ -11,13 +11,26 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Final
 
+import numpy as np
+import numpy.typing as npt
+from scipy import special, stats
+
+from harness.stats.paired import mn_z, tango_z
+
 __all__ = [
+    "EXACT_MAX_ITEMS",
+    "EXACT_TAIL",
     "MAX_ITEMS",
+    "ExactRejection",
     "SampleSize",
+    "cell_probabilities",
     "correlation_bounds",
     "difference_variance",
+    "exact_tost_power",
+    "independent_rejection",
     "items_needed",
     "minimum_detectable_margin",
+    "paired_rejection",
     "tost_power",
 ]
 
@@ -42,6 +55,11 @@ def _check(alpha: float, power: float | None, p_a: float, p_b: float, correlatio
         raise ValueError(f"power must be in (0, 1), got {power!r}")
     if not -1.0 <= correlation <= 1.0:
         raise ValueError(f"correlation must be in [-1, 1], got {correlation!r}")
+
+
+def _check_margin(margin: float) -> None:
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
 
 
 def correlation_bounds(p_a: float, p_b: float) -> tuple[float, float] | None:
@@ -91,7 +109,10 @@ def _power_at(n: int, margin: float, alpha: float, delta: float, sd: float) -> f
 def tost_power(
     n: int, *, margin: float, alpha: float, p_a: float, p_b: float, correlation: float = 0.0, paired: bool = True
 ) -> float:
-    """The power of TOST with `n` items (paired) or `n` items per system (independent).
+    """The normal-approximation power of TOST with `n` items (paired) or `n` items per system (independent).
+
+    The approximation (a normal estimate with known SE, both tails) is 1-2.5 points optimistic
+    for the registered score tests at the usual sizes; `exact_tost_power` enumerates them.
 
     Args:
         n: items (paired) or items per system (independent); below 1 the power is 0.
@@ -103,19 +124,19 @@ def tost_power(
         paired: the paired design (else two independent samples).
     """
     _check(alpha, None, p_a, p_b, correlation)
-    if margin <= 0:
-        raise ValueError(f"margin must be > 0, got {margin!r}")
+    _check_margin(margin)
     sd = math.sqrt(difference_variance(p_a, p_b, correlation, paired=paired))
     return _power_at(n, margin, alpha, p_a - p_b, sd)
 
 
 @dataclass(frozen=True)
 class SampleSize:
-    """The items a comparison needs.
+    """The items a comparison needs (docs/statistics.md).
 
     Attributes:
-        n: the smallest n with power(n) >= the target: items (paired) or items
-            per system (independent); None when not achievable.
+        n: the items (paired) or items per system (independent) chosen from the exact power of the
+            registered test (`method` "exact"), or from the normal approximation (`method` "normal")
+            beyond `EXACT_MAX_ITEMS`; None when not achievable.
         n_closed_form: Chow, Shao & Wang's closed form (None when not achievable).
         reason: why it is not achievable (None otherwise).
         paired: the paired design (else independent samples).
@@ -124,7 +145,11 @@ class SampleSize:
         margin: the equivalence margin.
         alpha: the level of each one-sided test.
         power: the target power.
-        power_at_n: the power at n (None when not achievable).
+        power_at_n: the power at n, exact when `method` is "exact" (None when not achievable).
+        n_normal: the smallest n whose normal-approximation power reaches the target.
+        power_at_n_normal: the normal-approximation power at n.
+        method: "exact" or "normal" (how n was chosen).
+        test: the registered test whose power is enumerated ("tango" paired, "miettinen-nurminen").
     """
 
     n: int | None
@@ -137,6 +162,10 @@ class SampleSize:
     alpha: float
     power: float
     power_at_n: float | None
+    n_normal: int | None = None
+    power_at_n_normal: float | None = None
+    method: str = "exact"
+    test: str = "tango"
 
     @property
     def achievable(self) -> bool:
@@ -146,16 +175,117 @@ class SampleSize:
         return {
             "n": self.n,
             "n_closed_form": self.n_closed_form,
+            "n_normal": self.n_normal,
             "achievable": self.achievable,
             "reason": self.reason,
             "design": "paired" if self.paired else "independent",
+            "test": self.test,
+            "method": self.method,
             "delta": self.delta,
             "sd": self.sd,
             "margin": self.margin,
             "alpha": self.alpha,
             "power": self.power,
             "power_at_n": self.power_at_n,
+            "power_at_n_normal": self.power_at_n_normal,
         }
+
+
+# --------------------------------------------------------------------------
+# Exact power and type I error, by enumeration
+
+
+@dataclass(frozen=True)
+class ExactRejection:
+    """The exact probability that a TOST says "equivalent", by enumerating the outcomes.
+
+    Attributes:
+        probability: P(equivalent) over the enumerated outcomes.
+        mass: the probability the enumeration covers (outcomes beyond binomial tails of
+            `EXACT_TAIL` each are left out; 1 - mass is at most 4 * EXACT_TAIL).
+        test: "tango" (paired) or "miettinen-nurminen" (independent).
+    """
+
+    probability: float
+    mass: float
+    test: str
+
+
+EXACT_MAX_ITEMS: Final = 100_000
+"""Above this many items `items_needed` uses the normal approximation (the enumeration grows as n)."""
+EXACT_TAIL: Final = 1e-13
+
+
+def _support(n: int, p: float) -> npt.NDArray[np.int64]:
+    if p <= 0.0:
+        return np.zeros(1, dtype=np.int64)
+    if p >= 1.0:
+        return np.full(1, n, dtype=np.int64)
+    lo = max(0, int(stats.binom.ppf(EXACT_TAIL, n, p)) - 1)
+    hi = min(n, int(stats.binom.isf(EXACT_TAIL, n, p)) + 1)
+    return np.arange(lo, hi + 1, dtype=np.int64)
+
+
+def cell_probabilities(p_a: float, p_b: float, correlation: float) -> tuple[float, float]:
+    """``(p10, p01)``: P(a passes, b fails) and P(b passes, a fails) for rates p_a, p_b and their correlation."""
+    both = p_a * p_b + correlation * math.sqrt(p_a * (1 - p_a) * p_b * (1 - p_b))
+    return min(1.0, max(0.0, p_a - both)), min(1.0, max(0.0, p_b - both))
+
+
+def paired_rejection(n: int, p10: float, p01: float, *, margin: float, alpha: float) -> ExactRejection:
+    """P(Tango's TOST says "equivalent") for n pairs with discordant probabilities p10, p01 (the trinomial)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n!r}")
+    if not (0.0 <= p10 <= 1.0 and 0.0 <= p01 <= 1.0 and p10 + p01 <= 1.0 + _TOLERANCE):
+        raise ValueError(f"p10 and p01 must be probabilities with p10 + p01 <= 1, got {p10!r}, {p01!r}")
+    _check_margin(margin)
+    b10 = _support(n, p10)[:, None]
+    b01 = _support(n, p01)[None, :]
+    rest = np.maximum(n - b10, 0)
+    q = 0.0 if p10 >= 1.0 else min(1.0, p01 / (1.0 - p10))
+    pmf = np.where(b10 + b01 <= n, stats.binom.pmf(b10, n, p10) * stats.binom.pmf(b01, rest, q), 0.0)
+    p_lo = special.ndtr(-tango_z(b10, b01, n, -margin))
+    p_hi = special.ndtr(tango_z(b10, b01, n, margin))
+    reject = (p_lo < alpha) & (p_hi < alpha)
+    return ExactRejection(float(np.sum(pmf[reject])), float(np.sum(pmf)), "tango")
+
+
+def independent_rejection(n_a: int, n_b: int, p_a: float, p_b: float, *, margin: float,
+                          alpha: float) -> ExactRejection:
+    """P(the Miettinen-Nurminen TOST says "equivalent") for independent Binomial(n_a, p_a), Binomial(n_b, p_b)."""
+    if n_a < 1 or n_b < 1:
+        raise ValueError(f"sample sizes must be >= 1, got {n_a!r}, {n_b!r}")
+    _check(alpha, None, p_a, p_b, 0.0)
+    _check_margin(margin)
+    xa = _support(n_a, p_a)[:, None]
+    xb = _support(n_b, p_b)[None, :]
+    pmf = stats.binom.pmf(xa, n_a, p_a) * stats.binom.pmf(xb, n_b, p_b)
+    p_lo = special.ndtr(-mn_z(xa, n_a, xb, n_b, -margin))
+    p_hi = special.ndtr(mn_z(xa, n_a, xb, n_b, margin))
+    reject = (p_lo < alpha) & (p_hi < alpha)
+    return ExactRejection(float(np.sum(pmf[reject])), float(np.sum(pmf)), "miettinen-nurminen")
+
+
+def exact_tost_power(
+    n: int, *, margin: float, alpha: float, p_a: float, p_b: float, correlation: float = 0.0, paired: bool = True
+) -> float:
+    """The exact power of the registered TOST (Tango paired, Miettinen-Nurminen independent) at n items.
+
+    Enumerates the trinomial of discordant pairs (paired; one pair per item) or the two binomials
+    (independent; n items per system). Below 1 item the power is 0; a correlation the rates
+    cannot have is a ValueError.
+    """
+    _check(alpha, None, p_a, p_b, correlation)
+    _check_margin(margin)
+    reason = _infeasible(p_a, p_b, correlation, paired)
+    if reason is not None:
+        raise ValueError(reason)
+    if n < 1:
+        return 0.0
+    if paired:
+        p10, p01 = cell_probabilities(p_a, p_b, correlation)
+        return paired_rejection(n, p10, p01, margin=margin, alpha=alpha).probability
+    return independent_rejection(n, n, p_a, p_b, margin=margin, alpha=alpha).probability
 
 
 def _smallest(reaches: Callable[[int], bool], start: int) -> int | None:
@@ -189,9 +319,14 @@ def _smallest(reaches: Callable[[int], bool], start: int) -> int | None:
 
 def items_needed(
     *, margin: float, alpha: float, power: float, p_a: float, p_b: float,
-    correlation: float = 0.0, paired: bool = True,
+    correlation: float = 0.0, paired: bool = True, exact: bool = True,
 ) -> SampleSize:
     """The items needed to show equivalence within `margin` at level `alpha` with the target `power`.
+
+    `n` comes from the exact power of the registered test (`exact_tost_power`), found by a
+    bisection that treats it as growing with n (it saw-tooths by a little: `power_at_n` always
+    reaches the target); `n_normal` from the normal approximation; `n_closed_form` is Chow, Shao
+    & Wang's. See docs/statistics.md.
 
     Args:
         margin: the equivalence margin on the difference of pass rates, > 0.
@@ -201,16 +336,22 @@ def items_needed(
         p_b: the expected pass rate of system b.
         correlation: of the two systems' per-item outcomes (paired only).
         paired: the paired design (else two independent samples; n per system).
+        exact: choose n from the exact power (else from the normal approximation: n = n_normal).
     """
     _check(alpha, power, p_a, p_b, correlation)
-    if margin <= 0:
-        raise ValueError(f"margin must be > 0, got {margin!r}")
+    _check_margin(margin)
     delta = p_a - p_b
     sd = math.sqrt(difference_variance(p_a, p_b, correlation, paired=paired))
+    test = "tango" if paired else "miettinen-nurminen"
+    common: dict[str, Any] = {"margin": margin, "alpha": alpha, "p_a": p_a, "p_b": p_b,
+                              "correlation": correlation, "paired": paired}
 
-    def result(n: int | None, closed: int | None, reason: str | None) -> SampleSize:
-        at = None if n is None else _power_at(n, margin, alpha, delta, sd)
-        return SampleSize(n, closed, reason, paired, delta, sd, margin, alpha, power, at)
+    def result(n: int | None, closed: int | None, reason: str | None, n_normal: int | None = None,
+               method: str = "exact") -> SampleSize:
+        at_normal = None if n is None else _power_at(n, margin, alpha, delta, sd)
+        at = at_normal if n is None or method == "normal" else exact_tost_power(n, **common)
+        return SampleSize(n, closed, reason, paired, delta, sd, margin, alpha, power, at, n_normal, at_normal,
+                          method, test)
 
     reason = _infeasible(p_a, p_b, correlation, paired)
     if reason is not None:
@@ -221,13 +362,17 @@ def items_needed(
             f"the margin {margin}, so equivalence cannot be shown with any number of items"
         ))
     beta = 1.0 - power
-    z_beta = _z(1.0 - beta / 2.0) if delta == 0 else _z(1.0 - beta)
-    exact = (_z(1.0 - alpha) + z_beta) ** 2 * sd**2 / (margin - abs(delta)) ** 2
-    closed = max(1, math.ceil(exact)) if exact < MAX_ITEMS else MAX_ITEMS
-    n = _smallest(lambda k: _power_at(k, margin, alpha, delta, sd) >= power, closed)
-    if n is None:
+    # Chow, Shao & Wang (2008) sections 3.1 and 4.2: z_{1-beta/2} for equivalence whatever delta
+    raw = (_z(1.0 - alpha) + _z(1.0 - beta / 2.0)) ** 2 * sd**2 / (margin - abs(delta)) ** 2
+    closed = max(1, math.ceil(raw)) if raw < MAX_ITEMS else MAX_ITEMS
+    n_normal = _smallest(lambda k: _power_at(k, margin, alpha, delta, sd) >= power, closed)
+    if n_normal is None:
         return result(None, closed, f"not achievable within {MAX_ITEMS} items")
-    return result(n, closed, None)
+    if exact and n_normal <= EXACT_MAX_ITEMS // 2:
+        n = _smallest(lambda k: k > EXACT_MAX_ITEMS or exact_tost_power(k, **common) >= power, n_normal)
+        if n is not None and n <= EXACT_MAX_ITEMS:
+            return result(n, closed, None, n_normal)
+    return result(n_normal, closed, None, n_normal, "normal")
 
 
 def minimum_detectable_margin(

@@ -89,6 +89,8 @@ class View:
         withheld: paths never visible, even beneath a `readable` path (beneath the system or
             Python folders, which are always there, they are masked: an empty folder, or
             /dev/null).
+        read_only: paths beneath a `writable` folder bound read-only over it (a workspace's
+            `.git`: the worker may read its history, never its config or hooks).
     """
 
     cwd: str
@@ -97,6 +99,7 @@ class View:
     placed: tuple[tuple[str, str], ...] = ()
     placed_writable: tuple[tuple[str, str], ...] = ()
     withheld: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,10 @@ def _view_options(view: View) -> list[str]:
     writable = [os.path.realpath(w) for w in view.writable]
     for path in writable:
         options += ["--bind", path, path]
+    for raw in view.read_only:
+        for path in dict.fromkeys((os.path.abspath(raw), os.path.realpath(raw))):
+            if os.path.lexists(path) and not os.path.islink(path) and _covered(path, writable):
+                options += ["--ro-bind", path, path]
     system = [*_SYSTEM, *_python_roots()]
     for path in withheld:  # beneath the system or Python itself (unusual): masked, as /etc's secrets
         if _covered(path, system) and os.path.lexists(path):

@@ -33,7 +33,12 @@ from harness.audit.frame import ATTEMPT_COLUMNS
 from harness.audit.report import build_report
 from harness.errors import Refusal
 from harness.stats.paired import cluster_robust_se, independent_tost, paired_comparison
-from harness.stats.power import items_needed, minimum_detectable_margin, tost_power
+from harness.stats.power import (
+    exact_tost_power,
+    items_needed,
+    minimum_detectable_margin,
+    tost_power,
+)
 from tests.support.analysis import design, frame
 from tests.support.study import prereg, sim_servers, system, urls
 
@@ -94,7 +99,7 @@ def test_a_real_stage_matches_an_independent_recount(run: tuple[Path, Path]) -> 
     xa = [good[k]["passed"] for k in keys]
     xb = [bad[k]["passed"] for k in keys]
     (c,) = analysis.comparisons.iter_rows(named=True)
-    assert (c["stage"], c["a"], c["b"], c["arm"], c["margin"], c["note"]) == ("A", "good", "bad", "direct", 0.1, None)
+    assert (c["stage"], c["a"], c["b"], c["arm"], c["margin"]) == ("A", "good", "bad", "direct", 0.1)
     assert c["n"] == len(keys) and c["n_items"] == ITEMS and c["unpaired"] == 0
     assert c["b10"] == sum(1 for x, y in zip(xa, xb, strict=True) if x and not y)
     assert c["b01"] == sum(1 for x, y in zip(xa, xb, strict=True) if y and not x)
@@ -103,7 +108,10 @@ def test_a_real_stage_matches_an_independent_recount(run: tuple[Path, Path]) -> 
     hand = paired_comparison(xa, xb, items=[k[0] for k in keys], margin=0.1, alpha=0.05)
     assert c["se_method"] == hand.se_method == "cluster"
     assert (c["method"], c["verdict"]) == ("tango", hand.verdict)
-    for name in ("diff", "se", "ci_low", "ci_high", "wald_p", "tango_p", "mcnemar_p", "design_effect"):
+    # issue 15: a clustered variance below the unclustered one is floored, and the note says so
+    assert c["note"] == hand.note and c["ci_method"] == "tango score"
+    for name in ("diff", "se", "ci_low", "ci_high", "wald_p", "tango_p", "mcnemar_p", "design_effect", "p",
+                 "wald_ci_low", "wald_ci_high"):
         assert c[name] == pytest.approx(getattr(hand, name), rel=1e-12, abs=1e-15), name
 
     # break-even: the cheaper system by measured mean cost per standing cell
@@ -137,7 +145,9 @@ def test_a_real_stage_matches_an_independent_recount(run: tuple[Path, Path]) -> 
     (pw,) = analysis.power.iter_rows(named=True)
     common: dict[str, Any] = {"alpha": 0.05, "p_a": 0.6, "p_b": 0.65, "correlation": 0.5}
     assert (pw["items"], pw["repeats"], pw["items_registered"]) == (ITEMS, REPEATS, ITEMS)
-    assert pw["power_at_n"] == tost_power(ITEMS, margin=0.1, **common)
+    # issue 15: power_at_n is the exact power of Tango's TOST; the normal approximation is beside it
+    assert pw["power_at_n"] == exact_tost_power(ITEMS, margin=0.1, **common) and pw["power_method"] == "exact"
+    assert pw["power_at_n_normal"] == tost_power(ITEMS, margin=0.1, **common)
     needed = items_needed(margin=0.1, power=0.8, **common)
     assert pw["items_needed"] == needed.n and pw["reaches"] is ((needed.n or 0) <= ITEMS)
     assert pw["minimum_detectable_margin"] == minimum_detectable_margin(ITEMS, power=0.8, **common)
@@ -197,7 +207,7 @@ def test_write_tables_is_byte_identical_and_reads_back(run: tuple[Path, Path], t
         assert parsed[0] == frame.columns and len(parsed) == frame.height + 1
     comparisons = list(csv.DictReader(io.StringIO(Path(first["comparisons"]).read_text())))
     assert float(comparisons[0]["tango_p"]) == pytest.approx(analysis.comparisons.item(0, "tango_p"), rel=1e-11)
-    assert comparisons[0]["note"] == ""
+    assert comparisons[0]["note"] == (analysis.comparisons.item(0, "note") or "")
 
 
 def test_a_broken_stage_propagates_the_reports_refusal_unchanged(copied: Callable[[str], tuple[Path, Path]]) -> None:
@@ -336,9 +346,27 @@ def test_the_independent_test_when_registered() -> None:
     rows += [{"system": "y", "item": f"i{i}", "passed": i < 5} for i in range(8)]
     (c,) = analyze_frame(frame(rows), design(test="independent_tost")).comparisons.iter_rows(named=True)
     hand = independent_tost(7, 10, 5, 8, 0.2, 0.05)
-    assert (c["method"], c["se_method"], c["n_a"], c["n_b"], c["n"]) == ("wald_independent", "independent", 10, 8, 18)
-    assert (c["diff"], c["se"], c["wald_p"], c["verdict"]) == (hand.diff, hand.se, hand.p, hand.verdict)
+    # issue 15: the registered independent test is Miettinen-Nurminen's score TOST (it was Wald's)
+    assert (c["method"], c["se_method"], c["n_a"], c["n_b"], c["n"]) == ("miettinen-nurminen", "independent", 10, 8, 18)
+    assert (c["diff"], c["se"], c["p"], c["verdict"]) == (hand.diff, hand.se, hand.p, hand.verdict)
+    assert (c["ci_low"], c["ci_high"], c["wald_p"]) == (hand.ci_low, hand.ci_high, hand.wald_p)
     assert c["b10"] is None and c["tango_p"] is None and c["mcnemar_p"] is None
+
+
+def test_the_independent_test_clusters_repeats_by_item() -> None:
+    """Issue 15 item 4: with repeats and clustering = "item", each system's variance carries its design effect."""
+    rows = [{"system": "x", "item": f"i{i}", "repeat": r, "passed": i < 14} for i in range(20) for r in range(3)]
+    rows += [{"system": "y", "item": f"i{i}", "repeat": r, "passed": i < 13} for i in range(20) for r in range(3)]
+    (c,) = analyze_frame(frame(rows), design(test="independent_tost")).comparisons.iter_rows(named=True)
+    # every repeat of an item agrees: the design effect is the 3 repeats
+    assert c["design_effect_a"] == pytest.approx(3.0) and c["design_effect_b"] == pytest.approx(3.0)
+    hand = independent_tost(42, 60, 39, 60, 0.2, 0.05, design_effect_a=3.0, design_effect_b=3.0)
+    assert c["ci_low"] == pytest.approx(hand.ci_low, abs=1e-12) and c["verdict"] == hand.verdict
+    unclustered = independent_tost(42, 60, 39, 60, 0.2, 0.05)
+    assert c["ci_high"] - c["ci_low"] > unclustered.ci_high - unclustered.ci_low
+    assert "design effect" in c["note"]
+    plain = analyze_frame(frame(rows), design(test="independent_tost", clustering="none")).comparisons.row(0, named=True)
+    assert plain["design_effect_a"] == 1.0 and plain["ci_low"] == pytest.approx(unclustered.ci_low, abs=1e-12)
 
 
 def test_cascades_follow_measured_cost_and_name_what_cannot_be_composed() -> None:
@@ -374,7 +402,8 @@ def test_power_names_infeasible_inputs() -> None:
     outside = {**impossible, "expected_a": 0.5, "expected_b": 0.8, "correlation": 0.0}
     (pw,) = analyze_frame(frame([]).clear(), design(comparisons=[outside]), stages=["A"]).power.iter_rows(named=True)
     assert pw["items_needed"] is None and "not inside the margin" in pw["note"]
-    assert pw["power_at_n"] == tost_power(50, margin=0.2, alpha=0.05, p_a=0.5, p_b=0.8, correlation=0.0)
+    assert pw["power_at_n_normal"] == tost_power(50, margin=0.2, alpha=0.05, p_a=0.5, p_b=0.8, correlation=0.0)
+    assert pw["power_at_n"] == exact_tost_power(50, margin=0.2, alpha=0.05, p_a=0.5, p_b=0.8, correlation=0.0)
 
 
 def test_scope_stages_run_every_system_and_arm() -> None:

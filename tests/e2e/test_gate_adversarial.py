@@ -276,7 +276,8 @@ def test_edited_sealed_test_is_restored_and_flagged_until_next_dispatch(
     [
         "import os; os.remove(P)",
         "import os; os.remove(P); os.mkdir(P)",
-        "import os; open('passing.py', 'w').write(TRIVIAL); os.remove(P); os.symlink('../passing.py', P)",
+        # the link's target is a file already there: a new one would be outside scope (scope_violation)
+        "import os; os.remove(P); os.symlink('../wordfreq/__init__.py', P)",
         "import os; os.chmod(P, 0o755)",
     ],
     ids=["deleted", "replaced_by_folder", "replaced_by_link", "made_executable"],

@@ -256,6 +256,8 @@ def _mini(tmp_path: Path, **budget: int) -> tuple[TaskSetup, list[str]]:
 def _setup(task_setup: Callable[..., TaskSetup], **budget: int) -> tuple[TaskSetup, list[str], Path]:
     setup = task_setup("wordfreq")
     setup.edit_task(lambda doc: doc["budget"].update(budget))
+    # WORKER also writes wordfreq/notes.txt (an untracked file in the packet's diff): in scope
+    setup.edit_task(lambda doc: doc["scope"].append("wordfreq/notes.txt"))
     script = setup.root / "stuck_worker.py"
     script.write_text(WORKER)
     out = setup.root / "worker-out"

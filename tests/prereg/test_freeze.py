@@ -666,9 +666,11 @@ def test_check_an_unfrozen_folder(folder: Path) -> None:
     assert budget["ceiling_usd"] == 5.5 and budget["reserve_needed_usd"] == 1.6 and budget["covered"] is True
     assert [s["reserve_needed_usd"] for s in budget["systems"]] == [0.8, 0.8]
     (power,) = out["power"]
-    assert power["needed"]["n"] == 579 and power["needed"]["achievable"] is True
+    # issue 15: n comes from the exact power of Tango's TOST (587); the normal approximation gave 579
+    assert power["needed"]["n"] == 587 and power["needed"]["achievable"] is True
+    assert power["needed"]["n_normal"] == 579 and power["needed"]["method"] == "exact"
     assert [(s["stage"], s["items"], s["reaches"]) for s in power["stages"]] == [("A", 4, False), ("B", 6, False)]
-    assert any("needs 579 items" in w for w in out["warnings"])
+    assert any("needs 587 items" in w for w in out["warnings"])
     assert not (folder / "FROZEN.json").exists()
 
 

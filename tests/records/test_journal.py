@@ -48,6 +48,7 @@ LINES: list[dict[str, Any]] = [
     {"event": "ack", "dispatch_id": "d001-0a0b0c0d"},
     {"event": "record", "line": 1, "row_sha256": H, "cost_status": "metered"},
     {"event": "refused", "action": "accept", "refusal": "receipt_missing", "message": "no receipt"},
+    {"event": "purge", "action": "verify", "paths": ["wordfreq/__pycache__", "stray.pyc"]},
 ]  # fmt: skip
 
 

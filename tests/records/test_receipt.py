@@ -32,6 +32,14 @@ def test_a_receipt_reads_back_to_the_same_bytes_and_key_order() -> None:
     assert list(receipt.to_json()) == list(RECEIPT)  # the order `proctor verify` prints
 
 
+def test_a_receipt_with_the_journal_mark_reads_back_to_the_same_bytes() -> None:
+    marked = {**RECEIPT, "journal_lines": 7, "journal_head": H}
+    receipt = Receipt.from_json(marked)
+    assert (receipt.journal_lines, receipt.journal_head) == (7, H)
+    assert canonical_bytes(receipt.to_json()) == canonical_bytes(marked)
+    assert list(receipt.to_json()) == list(marked)
+
+
 def test_a_receipt_with_the_proctors_report_and_scan_reads_back_strictly() -> None:
     results = {"kind": "pytest-proctor-report", "ok": False, "expected": ["t/test_h.py::test_a"], "reported": 1,
                "not_passed": ["t/test_h.py::test_a"], "failed": [], "ended": False, "tampered": [],

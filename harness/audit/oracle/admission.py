@@ -27,7 +27,15 @@ class AdmissionRules(CheckBase):
             if e["event"] == "lane" and e["what"] == "end":
                 ends.setdefault((e["system"], e["lane"]), []).append(float(e["at"]))
         admits_at: dict[tuple[str, int], list[tuple[float, dict[str, Any]]]] = {}
-        for _, a in self.admissions:
+        seen: set[tuple[Any, ...]] = set()
+        for line, a in self.admissions:
+            if a["decision"] == "admit" and "run_id" in a:
+                # one admission per attempt in an invocation (a crash before its intent may admit it again)
+                key = (self.invocation_of(float(a["at"])), a["run_id"], a["rerun"], a["attempt"])
+                if key in seen:
+                    self.p("admission.jsonl", line, "admission_inputs", f"attempt {a['attempt']} of run "
+                           f"{a['run_id']!r} (rerun {a['rerun']}) admitted twice in one invocation")
+                seen.add(key)
             if a["decision"] == "admit":
                 admits.setdefault((a["system"], a["lane"]), []).append((float(a["at"]), a["item"]))
                 admits_at.setdefault((a["system"], a["lane"]), []).append((float(a["at"]), a))
