@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import Code, ProviderRefusal
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.evidence.portable import portable_value
 from harness.gate.escalation import LATERAL, EscalationState
 from harness.gate.evidence import evidence_packet, render_evidence
 from harness.gate.workspace import Gate
@@ -67,7 +68,7 @@ def choose_model(
         "mode": "auto",
         "lane": lane,
         "by": "lowest output price (unpriced last)",
-        "pricing": {"path": pricing.path, "sha256": pricing.sha256},
+        "pricing": {"path": portable_value(pricing.path), "sha256": pricing.sha256},
         "excluded_providers": list(excluded),
         "considered": considered,
     }

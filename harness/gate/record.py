@@ -14,6 +14,7 @@ from harness.errors import Code, GateRefusal, MeterRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
+from harness.evidence.portable import portable_value
 from harness.gate.continuity import check_continuity, journal_mark
 from harness.gate.escalation import escalation_state
 from harness.gate.receipts import load_receipt
@@ -142,13 +143,13 @@ def _meter(
     for log, seen in zip(logs, checked, strict=True):
         if seen["lines"]:
             records.extend(read_wire(log["path"], log.get("name")))
-    # The installed table (the bundled one) unless --pricing names a file; a named one is
-    # recorded by its absolute path, so the row never points at the working folder.
+    # The installed table (the bundled one) unless --pricing names a file; the row names either by
+    # its place (`<repo>/harness/data/pricing.yaml`), never a folder of this machine, and its sha256.
     pricing = load_pricing(None if pricing_path is None else os.path.abspath(pricing_path))
     totals = meter_wire(records, pricing, _pricing_keys(gate, catalog_path))
     wire = WireMetering(
         wire_logs=tuple(checked),
-        pricing={"path": pricing.path, "sha256": pricing.sha256, "notional": pricing.notional},
+        pricing={"path": portable_value(pricing.path), "sha256": pricing.sha256, "notional": pricing.notional},
         exchanges=totals.metered,
         errors_unbilled=totals.errors_unbilled,
         not_metered=totals.not_metered,

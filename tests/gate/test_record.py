@@ -249,12 +249,14 @@ def test_a_mix_of_metered_and_flat_rate_dispatches_is_partial(
 
 
 def test_record_prices_from_the_installed_table_by_default(task_setup: Callable[..., TaskSetup], tmp_path: Path) -> None:
-    """Issue 14, class 8: no --pricing: the bundled table, by absolute path, its sha256 in the row."""
+    """Issue 14, class 8: no --pricing: the bundled table, named by its place in the checkout (never a
+    machine path, issue 13 item 7), its sha256 in the row."""
     setup = task_setup("intervals")
     init(setup)
     assert run_proctor("dispatch", *setup.words(), "--command", "--", *setup.worker()).code == 0
     wire = write_wire(tmp_path / "wire.jsonl", [("sim-flash", 1000, 500)])
     r = run_proctor("record", *setup.words(), "--wire", str(wire))
     assert r.code == 0, r.out
-    assert r.out["pricing"]["path"] == str(BUNDLED_PRICING) and os.path.isabs(r.out["pricing"]["path"])
+    assert r.out["pricing"]["path"] == "<repo>/harness/data/pricing.yaml"
+    assert (REPO / "harness" / "data" / "pricing.yaml").samefile(BUNDLED_PRICING)
     assert r.out["pricing"]["sha256"] == hashlib.sha256(BUNDLED_PRICING.read_bytes()).hexdigest()
