@@ -145,6 +145,7 @@ class Code(StrEnum):
     DISPATCH_AFTER_RECEIPT = "dispatch_after_receipt"
     ZERO_DISPATCH_NONDISCRIMINATING = "zero_dispatch_nondiscriminating"
     DETACHED_PAYLOAD = "detached_payload"
+    SUSPICIOUS_CODE = "suspicious_code"
 
     # journal: an orphaned dispatch cannot be acknowledged
     UNKNOWN_DISPATCH_ID = "unknown_dispatch_id"

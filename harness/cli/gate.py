@@ -65,6 +65,7 @@ def accept(args: argparse.Namespace) -> Outcome:
         args.task,
         allow_zero_dispatch=args.allow_zero_dispatch,
         allow_detached_payload=args.allow_detached_payload,
+        allow_flagged=args.allow_flagged,
         state_dir=args.state_dir,
     )
     return Outcome(got.to_json(), EXIT_OK)

@@ -70,6 +70,7 @@ def _parser() -> _Parser:
     p = add("accept", gate.accept, "Accept the current tree on a passing receipt.", ws, task)
     p.add_argument("--allow-zero-dispatch", action="store_true", help="accept with no dispatch (counted)")
     p.add_argument("--allow-detached-payload", action="store_true", help="accept despite detached processes (counted)")
+    p.add_argument("--allow-flagged", action="store_true", help="accept a receipt the static scan flagged, reviewed (counted)")
     add("status", gate.status, "Report dispatches, stalls, orphans, receipts.", ws)
     p = add("journal", gate.journal, "Show the journal, or acknowledge an orphaned dispatch.", ws)
     p.add_argument("--ack", metavar="DISPATCH_ID", help="acknowledge an orphaned dispatch")

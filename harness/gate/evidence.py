@@ -20,6 +20,7 @@ from harness.gate.baseline import baseline_entries
 from harness.gate.escalation import EscalationState
 from harness.gate.receipts import load_receipt
 from harness.gate.workspace import Gate
+from harness.records.receipt import Receipt
 
 __all__ = ["DIFF_LIMIT", "EVIDENCE_SCHEMA", "OUTPUT_LIMIT", "evidence_packet", "render_evidence"]
 
@@ -145,19 +146,37 @@ def _withhold_hidden(output: str, hidden: Sequence[tuple[str, str]]) -> tuple[st
     return "\n".join(kept), withheld
 
 
+def _hidden_failing(receipt: Receipt, hidden: Sequence[tuple[str, str]]) -> list[str] | None:
+    """The ids of the hidden tests that did not pass (names only), or None without a per-test report."""
+    if receipt.results is None:
+        return None
+    files = {shown for shown, _ in hidden}
+    return [t for t in receipt.results.not_passed if t.split("::", 1)[0] in files]
+
+
 def _verified_output(gate: Gate, receipt_id: str, hidden: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """The receipt's verifier output, checked against the receipt, head and tail within `OUTPUT_LIMIT`,
-    with quoted hidden test source withheld."""
+    """What a worker may see of a failing verification: the names of the hidden tests that failed and
+    the output of a run without the hidden inputs (never the output of the run with them: code under
+    test may print the hidden tests in any form), checked against the receipt, head and tail within
+    `OUTPUT_LIMIT`, with quoted hidden test source withheld as well."""
     event = next(e for e in reversed(gate.events) if e["event"] == "verify" and e["receipt_id"] == receipt_id)
     receipt = load_receipt(gate.state.path("receipts", f"{receipt_id}.json"), event["receipt_sha256"])
-    data = read_bytes(gate.state.path("receipts", f"{receipt_id}.output"))
     shown: dict[str, Any] = {
         "receipt_id": receipt_id,
         "receipt_sha256": event["receipt_sha256"],
-        "output_sha256": receipt.output_sha256,
-        "bytes": len(data),
+        "hidden_failing": _hidden_failing(receipt, hidden),
     }
-    if hashlib.sha256(data).hexdigest() != receipt.output_sha256:
+    if gate.pin["hidden"] and receipt.visible_output_sha256 is None:
+        return {**shown, "output": "none", "output_sha256": None, "bytes": 0, "text": None, "truncated": False,
+                "problem": "the output of the run with the hidden tests is never shown"}  # fmt: skip
+    if gate.pin["hidden"]:
+        output, digest = "without_hidden", receipt.visible_output_sha256
+        data = read_bytes(gate.state.path("receipts", f"{receipt_id}.visible.output"))
+    else:
+        output, digest = "verified", receipt.output_sha256
+        data = read_bytes(gate.state.path("receipts", f"{receipt_id}.output"))
+    shown.update(output=output, output_sha256=digest, bytes=len(data))
+    if hashlib.sha256(data).hexdigest() != digest:
         return {**shown, "text": None, "truncated": False, "problem": "the output file differs from the receipt"}
     truncated = len(data) > OUTPUT_LIMIT
     if truncated:
@@ -226,7 +245,12 @@ def render_evidence(packet: Mapping[str, Any], path: str) -> str:
         f"removed: {', '.join(diff['removed']) or 'none'}",
         "",
         _fenced(diff["unified"], "diff") if diff["unified"] else "(no text changes)\n",
-        f"### Last verified test output (receipt {out['receipt_id']})",
+        f"### Last verification (receipt {out['receipt_id']})",
+        "",
+        "Hidden tests that did not pass: "
+        + (", ".join(out["hidden_failing"]) or "none" if out.get("hidden_failing") is not None else "not reported"),
+        "",
+        "Test output" + (" of a run without the hidden tests:" if out.get("output") == "without_hidden" else ":"),
         "",
         _fenced(out["text"] or out.get("problem", "")),
         "### Failure fingerprints since the last lane switch",

@@ -26,17 +26,38 @@ from harness.gate.guards import (
     module_shadows,
     verification_input_changes,
 )
+from harness.gate.results import (
+    REPORT_LIMIT,
+    expected_tests,
+    judge_report,
+    plugin_module_name,
+    plugin_source,
+    pytest_position,
+    with_plugin,
+)
+from harness.gate.scan import scan_changed
 from harness.gate.scope import check_scope, scan_purged
 from harness.gate.seal import check_copies, lay_hidden, restore_sealed
 from harness.gate.state import refuse_nested
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.records.journal import TamperEvent, VerifyEvent
-from harness.records.receipt import Receipt
+from harness.records.receipt import Receipt, TestResults
 from harness.workers.limits import resolve_limits
-from harness.workers.process import run_group
-from harness.workers.sandbox import View, find_program, named_paths, resolve_sandbox, sandbox_env
+from harness.workers.process import ProcessResult, run_group
+from harness.workers.sandbox import (
+    Sandbox,
+    View,
+    Wrapped,
+    find_program,
+    named_paths,
+    resolve_sandbox,
+    sandbox_env,
+)
 
-__all__ = ["VerifyResult", "copy_tree", "verify"]
+__all__ = ["VerifyResult", "copy_tree", "verifier_sources", "verify"]
+
+_REPORT_DIR = "/run/proctor/report"
+"""Where a sandboxed verifier finds the proctor's pytest plugin (`harness.gate.results`)."""
 
 
 def copy_tree(source: str, entries: Mapping[bytes, TreeEntry], dest: str) -> None:
@@ -60,6 +81,69 @@ def _tampered_since_dispatch(gate: Gate) -> list[str]:
         elif event["event"] == "tamper":
             paths.extend(event["paths"])
     return paths
+
+
+def verifier_sources(gate: Gate) -> list[tuple[str, bytes, bool]]:
+    """(path in the verification copy, content, hidden?) of every sealed and hidden input file,
+    read from the state folder's checked copies."""
+    out = [(s["path"], read_bytes(gate.state.path("sealed", s["path"])), False) for s in gate.pin["sealed"]]
+    for item in gate.pin["hidden"]:
+        stored = gate.state.path("hidden", item["stored"])
+        if item["kind"] != "dir":
+            out.append((item["to"], read_bytes(stored), True))
+            continue
+        for rel, entry in sorted(scan_tree(stored, excludes=()).items()):
+            if entry.kind == "file":
+                out.append((f"{item['to']}/{os.fsdecode(rel)}", read_bytes(os.path.join(stored, os.fsdecode(rel))), True))
+    return out
+
+
+def _run_verifier(
+    gate: Gate, box: Sandbox, copy: str, output: str, report_dir: str | None
+) -> tuple[ProcessResult, Wrapped, bytes | None]:
+    """Run the pinned verifier in `copy` (sandboxed); with `report_dir`, through the proctor's pytest
+    plugin (a fresh module name, its report on an inherited descriptor). Returns the report's bytes."""
+    argv = list(gate.pin["verifier_argv"])
+    given = {"PYTHONDONTWRITEBYTECODE": "1"}
+    placed: tuple[tuple[str, str], ...] = ()
+    fds: list[int] = []
+    report = None
+    if report_dir is not None:
+        module = plugin_module_name()
+        plugin = os.path.join(report_dir, f"{module}.py")
+        with open(plugin, "wb") as fh:
+            fh.write(plugin_source())
+        report = os.path.join(report_dir, "report.jsonl")
+        fds.append(os.open(report, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600))
+        argv = with_plugin(argv, module)
+        if box.kind == "bwrap":
+            placed = ((plugin, f"{_REPORT_DIR}/{module}.py"),)
+            given["PYTHONPATH"] = _REPORT_DIR
+        else:
+            given["PYTHONPATH"] = os.pathsep.join(p for p in (report_dir, os.environ.get("PYTHONPATH")) if p)
+        given["PROCTOR_REPORT_FD"] = str(fds[0])
+    env = sandbox_env(os.environ, given, sandboxed=box.kind == "bwrap")
+    view = View(cwd=copy, writable=(copy,), readable=named_paths(argv, find_program(argv[0], copy, env)),
+                placed=placed, withheld=withheld_paths(gate))  # fmt: skip
+    wrapped = box.wrap(argv, view, env, resolve_limits())
+    try:
+        result = run_group(wrapped.argv, cwd=copy, env=env, timeout_s=gate.task.budget.verify_timeout_s,
+                           output_path=output, sandboxed=wrapped.sandboxed, limits=wrapped.limits,
+                           pass_fds=fds)  # fmt: skip
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if report is None:
+        return result, wrapped, None
+    with open(report, "rb") as fh:  # at most one byte over the limit: judged too large, never read whole
+        return result, wrapped, fh.read(REPORT_LIMIT + 1)
+
+
+def _fresh_copy(gate: Gate, current: Mapping[bytes, TreeEntry], dest: str, digest: str) -> None:
+    os.mkdir(dest, 0o755)
+    copy_tree(gate.workspace, current, dest)
+    if signature_of(scan_tree(dest, tuple(gate.pin["excludes"]))).digest != digest:
+        raise GateRefusal(Code.TREE_CHANGED_DURING_VERIFY, "the workspace changed while it was copied", gate.workspace)
 
 
 @dataclass(frozen=True)
@@ -141,6 +225,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
         check_scope(gate, baseline, current, gate.workspace)
         tampered = _tampered_since_dispatch(gate)
         tree = signature_of(current)
+        suspicious = scan_changed(gate.workspace, baseline, current)
 
         seq = sum(1 for e in gate.events if e["event"] == "verify") + 1
         receipt_id = f"r{seq:04d}"
@@ -149,31 +234,34 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             shutil.rmtree(work)
         ensure_private_dir(work)
         copy = os.path.join(work, "tree")
+        output = gate.state.path("receipts", f"{receipt_id}.output")
+        visible_output = gate.state.path("receipts", f"{receipt_id}.visible.output")
+        pytest_run = pytest_position(gate.pin["verifier_argv"]) is not None
+        sources = verifier_sources(gate)
+        expected, problems = expected_tests((path, data) for path, data, _ in sources)
+        results: TestResults | None = None
+        visible_sha: str | None = None
         try:
-            os.mkdir(copy, 0o755)
-            copy_tree(gate.workspace, current, copy)
-            copied = signature_of(scan_tree(copy, excludes))
-            if copied.digest != tree.digest:
-                raise GateRefusal(Code.TREE_CHANGED_DURING_VERIFY, "the workspace changed while it was copied", gate.workspace)
+            _fresh_copy(gate, current, copy, tree.digest)
             lay_hidden(copy, gate.state.root, gate.pin["hidden"])
-            output = gate.state.path("receipts", f"{receipt_id}.output")
-            argv = gate.pin["verifier_argv"]
-            env = sandbox_env(os.environ, {"PYTHONDONTWRITEBYTECODE": "1"}, sandboxed=box.kind == "bwrap")
-            view = View(cwd=copy, writable=(copy,), readable=named_paths(argv, find_program(argv[0], copy, env)),
-                        withheld=withheld_paths(gate))  # fmt: skip
-            wrapped = box.wrap(argv, view, env, resolve_limits())
-            result = run_group(
-                wrapped.argv,
-                cwd=copy,
-                env=env,
-                timeout_s=gate.task.budget.verify_timeout_s,
-                output_path=output,
-                sandboxed=wrapped.sandboxed, limits=wrapped.limits,
-            )
+            report_dir = os.path.join(work, "report") if pytest_run else None
+            if report_dir is not None:
+                ensure_private_dir(report_dir)
+            result, wrapped, report = _run_verifier(gate, box, copy, output, report_dir)
+            if report is not None:
+                results = judge_report(report, expected, problems)
+            passed = result.exit_code == 0 and not result.timed_out and (results is None or results.ok)
+            if not passed and gate.pin["hidden"]:
+                # What a later worker may see (the evidence packet) comes from a run without the
+                # hidden inputs: code under test could print them in any form (docs/gated-path.md).
+                again = os.path.join(work, "visible")
+                _fresh_copy(gate, current, again, tree.digest)
+                _run_verifier(gate, box, again, visible_output, None)
+                cap_output(visible_output)
+                visible_sha = sha256_hex(read_bytes(visible_output))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         dispatches = [e for e in gate.events if e["event"] == "dispatch_start"]
-        passed = result.exit_code == 0 and not result.timed_out
         _kept, cut = cap_output(output)  # code under test may print without bound: keep the head, record the cut
         output_bytes = read_bytes(output)
         # The failure's fingerprint drives escalation (harness.gate.escalation): the copy's
@@ -208,6 +296,9 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
             started=result.started,
             ended=result.ended,
             duration_s=round(result.duration_s, 6),
+            results=results,
+            suspicious_code=tuple(suspicious),
+            visible_output_sha256=visible_sha,
             journal_lines=mark[0],
             journal_head=mark[1],
         )

@@ -12,15 +12,43 @@ from typing import Any, Final
 from harness.errors import Code
 from harness.records._shape import Fields, kind_is, read, write
 
-__all__ = ["ITEM_RECEIPT_SCHEMA", "RECEIPT_SCHEMA", "ItemReceipt", "Receipt"]
+__all__ = ["ITEM_RECEIPT_SCHEMA", "RECEIPT_SCHEMA", "ItemReceipt", "Receipt", "SuspiciousLine", "TestResults"]
 
 RECEIPT_SCHEMA: Final = "proctor-receipt.v1"
 ITEM_RECEIPT_SCHEMA: Final = "proctor-item-receipt.v1"
 
 _SCHEMA: Final = frozenset({"schema"})
+_ADDED: Final = frozenset({"results", Code.SUSPICIOUS_CODE.value, "visible_output_sha256"})
+"""Left out when None (issue 14's fields; the scan's field is named as the refusal it leads to)."""
 _RECEIPT_LEGACY: Final = frozenset({"fingerprint", "sandbox", "output_truncated_from"})  # absent from receipts made before they were recorded
 _MARK: Final = frozenset({"journal_lines", "journal_head", "output_truncated_from"})
 """Left out when None: the journal's mark (absent from older receipts) and an output that was not cut."""
+
+
+@dataclass(frozen=True)
+class TestResults:
+    """The proctor's own per-test report compared with the expected ids (`harness.gate.results`)."""
+
+    __test__ = False  # not a pytest class
+
+    kind: str
+    ok: bool
+    expected: tuple[str, ...]
+    reported: int
+    not_passed: tuple[str, ...]
+    failed: tuple[str, ...]
+    ended: bool
+    tampered: tuple[str, ...]
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class SuspiciousLine:
+    """A line of a changed file that matches a known pattern of forging a verdict (`harness.gate.scan`)."""
+
+    path: str
+    line: int
+    pattern: str
 
 
 @dataclass(frozen=True)
@@ -57,9 +85,15 @@ class Receipt:
     """The journal's line count when the receipt was written (its verify event is the next line)."""
     journal_head: str | None = None
     """The sha256 of the journal's last line then: accept notices a shortened or rewritten journal."""
+    results: TestResults | None = None
+    """The proctor's pytest report against the expected tests; None for a verifier that is not pytest."""
+    suspicious_code: tuple[SuspiciousLine, ...] | None = None
+    """The static scan's hits (`proctor verify` always records them, maybe none)."""
+    visible_output_sha256: str | None = None
+    """A failing run with hidden inputs: the output of the verifier run again without them (what a worker may see)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": RECEIPT_SCHEMA, **write(self, _MARK)}
+        return {"schema": RECEIPT_SCHEMA, **write(self, _MARK | _ADDED)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None) -> Receipt:

@@ -192,6 +192,7 @@ def run_group(
     preexec: Callable[[], None] | None = None,
     sandboxed: bool = False,
     limits: Limits | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessResult:
     """Run `argv` in a new session, output to `output_path`, kill the group at the deadline.
 
@@ -199,6 +200,7 @@ def run_group(
     returned in `detached_pids`. `sandboxed`: `argv` is a bwrap command
     (its pid namespace is stopped at the deadline, see the module docstring).
     `limits`: pids, memory and file size, by cgroup or rlimit (`harness.workers.limits`).
+    `pass_fds`: descriptors the child inherits (the verifier's report channel).
     """
     if limits is not None:
         with confined(limits) as box:
@@ -208,9 +210,9 @@ def run_group(
                     preexec()
 
             return _run_group(argv, cwd=cwd, env=env, timeout_s=timeout_s, output_path=output_path,
-                              on_start=on_start, preexec=both, sandboxed=sandboxed)  # fmt: skip
+                              on_start=on_start, preexec=both, sandboxed=sandboxed, pass_fds=pass_fds)  # fmt: skip
     return _run_group(argv, cwd=cwd, env=env, timeout_s=timeout_s, output_path=output_path,
-                      on_start=on_start, preexec=preexec, sandboxed=sandboxed)  # fmt: skip
+                      on_start=on_start, preexec=preexec, sandboxed=sandboxed, pass_fds=pass_fds)  # fmt: skip
 
 
 def _run_group(
@@ -223,6 +225,7 @@ def _run_group(
     on_start: Callable[[int], None] | None,
     preexec: Callable[[], None] | None,
     sandboxed: bool,
+    pass_fds: Sequence[int],
 ) -> ProcessResult:
     tracking = become_subreaper()
     before_children = descendants(os.getpid())
@@ -238,6 +241,7 @@ def _run_group(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=tuple(pass_fds),
         )
         if on_start is not None:
             on_start(proc.pid)

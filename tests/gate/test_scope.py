@@ -226,6 +226,7 @@ def test_accept_refuses_a_receipt_for_an_out_of_scope_tree(
     init(ts)
     dispatched_ok(ts, worker(tmp_path, "open('tests/test_aaa.py', 'w').write('import os\\nos._exit(0)\\n')\n"))
     monkeypatch.setattr(verify_module, "check_scope", lambda *a, **k: None)
+    monkeypatch.setattr(verify_module, "pytest_position", lambda argv: None)  # nor the proctor's report (class 6)
     assert verify_api(str(ts.workspace), str(ts.task), sandbox="bwrap").passed  # the forced pass
     with pytest.raises(GateRefusal) as caught:
         accept_api(str(ts.workspace), str(ts.task))

@@ -40,6 +40,23 @@ def test_a_receipt_with_the_journal_mark_reads_back_to_the_same_bytes() -> None:
     assert list(receipt.to_json()) == list(marked)
 
 
+def test_a_receipt_with_the_proctors_report_and_scan_reads_back_strictly() -> None:
+    results = {"kind": "pytest-proctor-report", "ok": False, "expected": ["t/test_h.py::test_a"], "reported": 1,
+               "not_passed": ["t/test_h.py::test_a"], "failed": [], "ended": False, "tampered": [],
+               "problem": "the report has no end"}  # fmt: skip
+    flagged = [{"path": "pkg/m.py", "line": 3, "pattern": "os._exit"}]
+    doc = {**RECEIPT, "results": results, "suspicious_code": flagged, "visible_output_sha256": H}
+    receipt = Receipt.from_json(doc)
+    assert receipt.results is not None and receipt.results.not_passed == ("t/test_h.py::test_a",)
+    assert receipt.suspicious_code is not None and receipt.suspicious_code[0].line == 3
+    assert canonical_bytes(receipt.to_json()) == canonical_bytes(doc)
+    for bad in ({**doc, "suspicious_code": [{"path": "x", "line": "3", "pattern": "p"}]},
+                {**doc, "results": {**results, "ended": "no"}}):  # fmt: skip
+        with pytest.raises(Refusal) as exc:
+            Receipt.from_json(bad)
+        assert exc.value.code == "receipt_invalid"
+
+
 def test_a_receipt_made_before_fingerprints_and_sandboxes_were_recorded_still_reads() -> None:
     old = {k: v for k, v in RECEIPT.items() if k not in ("fingerprint", "sandbox")}
     receipt = Receipt.from_json(old)
