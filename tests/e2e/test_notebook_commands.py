@@ -24,7 +24,7 @@ from harness.audit.oracle import run_problems
 from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import sha256_hex
 from harness.run.layout import log_seed
-from tests.support.paths import REPO
+from tests.support.paths import REPO, checkout_at
 from tests.support.study import Sim, system
 
 DOCUMENTED = REPO / "docs" / "notebooks.md"
@@ -46,10 +46,7 @@ def the_way(way: str) -> list[str]:
 
 
 def repository_copy(root: Path) -> Path:
-    root.mkdir()
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
-    for name in ("harness", "evals"):
-        (root / name).symlink_to(REPO / name)
+    checkout_at(root)
     shutil.copytree(REPO / "notebooks", root / "notebooks")
     shutil.copytree(REPO / "prereg" / "demo", root / "prereg" / "demo")
     return root

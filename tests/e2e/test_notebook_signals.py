@@ -21,8 +21,8 @@ import pytest
 from harness.audit.audit import audit_results
 from harness.audit.oracle import run_problems
 from harness.evidence.jsonio import sha256_hex
-from tests.support.paths import REPO
-from tests.support.study import Sim, logs, prereg, runner_env, system
+from tests.support.paths import REPO, checkout_at
+from tests.support.study import Sim, logs, prereg, runner_env, system, wait_in_flight
 
 RUN_STUDY = REPO / "notebooks" / "run_study.ipynb"
 
@@ -37,6 +37,9 @@ def wait_for_lines(folder: Path, proc: subprocess.Popen[bytes], n: int, log: str
 
 
 def setup(tmp_path: Path, sim: Sim, latency: float) -> tuple[Path, Path, str]:
+    """The study laid out in a checkout at tmp_path (the kernels run there), so that the executed notebooks
+    name it relative to it: new evidence must be portable (the audit's `absolute_path`)."""
+    checkout_at(tmp_path)
     url = sim([system("sim-flash", 1.0, latency=latency), system("sim-glm", 0.0, latency=latency)],
               latency_scale=1.0)
     return prereg(tmp_path, items=8), tmp_path / "results", url
@@ -45,7 +48,7 @@ def setup(tmp_path: Path, sim: Sim, latency: float) -> tuple[Path, Path, str]:
 def batch_file(tmp_path: Path, p: Path, results: Path, url: str) -> Path:
     path = tmp_path / "batch.json"
     path.write_text(json.dumps({"jobs": [{
-        "notebook": str(RUN_STUDY), "out": str(results / "rt" / "A" / "run_study.ipynb"), "cwd": str(REPO),
+        "notebook": str(RUN_STUDY), "out": str(results / "rt" / "A" / "run_study.ipynb"), "cwd": str(tmp_path),
         "parameters": {"prereg": str(p), "stage": "A", "results": str(results), "base_url": url}}]}))
     return path
 
@@ -81,13 +84,12 @@ def assert_graceful_stop(folder: Path, signum: int) -> None:
 def test_a_first_signal_to_proctor_batch_stops_the_run_gracefully_and_keeps_the_notebook(
     tmp_path: Path, sim: Sim, signum: int
 ) -> None:
-    p, results, url = setup(tmp_path, sim, latency=1.0)
+    p, results, url = setup(tmp_path, sim, latency=3.0)
     folder = results / "rt" / "A"
     batch = batch_file(tmp_path, p, results, url)
     env = runner_env(url)
     proc = subprocess.Popen(batch_argv(batch), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for_lines(folder, proc, 2, "admission", timeout=120)
-    time.sleep(0.3)  # the first attempts (1 s each) are in flight
+    wait_in_flight(folder, proc)  # attempts take 3 s: still under way when the kernel gets the signal
     os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, (out, err)
@@ -136,7 +138,7 @@ def test_a_second_signal_to_proctor_batch_exits_at_once_with_its_stop_record(tmp
 def test_a_first_signal_to_papermill_stops_the_run_gracefully_and_anchor_notebook_keeps_it(
     tmp_path: Path, sim: Sim, signum: int
 ) -> None:
-    p, results, url = setup(tmp_path, sim, latency=1.0)
+    p, results, url = setup(tmp_path, sim, latency=3.0)
     folder = results / "rt" / "A"
     out_nb = folder / "run_study.ipynb"
     folder.mkdir(parents=True)  # papermill writes its output only into a folder that exists
@@ -144,8 +146,7 @@ def test_a_first_signal_to_papermill_stops_the_run_gracefully_and_anchor_noteboo
     argv = [str(Path(sys.executable).parent / "papermill"), str(RUN_STUDY), str(out_nb),
             "-p", "prereg", str(p), "-p", "stage", "A", "-p", "results", str(results), "-p", "base_url", url]
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for_lines(folder, proc, 2, "admission", timeout=120)
-    time.sleep(0.3)
+    wait_in_flight(folder, proc)  # attempts take 3 s: still under way when the kernel gets the signal
     os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, (out, err)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tests.support.paths import REPO
-from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system
+from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system, wait_in_flight
 from tests.support.terminal import screen
 
 ITEMS = 40
@@ -109,9 +109,10 @@ def test_a_second_signal_draws_the_last_progress_before_its_stop_line(tmp_path: 
     proc = subprocess.Popen(argv, cwd=REPO, env=runner_env(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
-    while not (folder / "attempts.jsonl").exists():  # one attempt saved; the next ones are in flight
+    while not (folder / "attempts.jsonl").exists():  # one attempt saved
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.02)
+    wait_in_flight(folder, proc, intents=5)  # the second round (4 lanes) under way, 1.5 s each: cut by the 2nd signal
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(0.2)
     os.kill(proc.pid, signal.SIGINT)

@@ -11,3 +11,16 @@ WORKER = TASKS / "scripted_worker.py"
 HUMANEVAL = REPO / "evals" / "humaneval"
 FIXTURES = REPO / "tests" / "fixtures"
 """Recorded provider responses (providers/) and hostile sandbox workers (sandbox/)."""
+
+
+def checkout_at(root: Path) -> Path:
+    """Make `root` a repository root as `harness.evidence.paths.repo_root` finds one (pyproject.toml and
+    harness/, with evals/ beside it, linked to this checkout's), so that a study laid out under it is
+    named relative to it in executed notebooks, as in a real checkout."""
+    import shutil
+
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    for name in ("harness", "evals"):
+        (root / name).symlink_to(REPO / name)
+    return root

@@ -130,3 +130,18 @@ def runner_env(url: str) -> dict[str, str]:
 def run_argv(prereg_dir: Path, results: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "harness", "run", str(prereg_dir), "--stage", "A", "--results", str(results),
             "--json", *extra]
+
+
+def wait_in_flight(folder: Path, proc: subprocess.Popen[Any], *, intents: int = 1, timeout: float = 120) -> None:
+    """Until the run log shows an attempt under way (an intent whose attempt event is not yet written) and
+    at least `intents` intents in all."""
+    deadline = time.monotonic() + timeout
+    path = folder / "run.jsonl"
+    while True:
+        whole = path.read_bytes().split(b"\n")[:-1] if path.exists() else []  # lines the writer finished
+        events = [json.loads(line)["event"] for line in whole]
+        if events.count("intent") >= intents and events.count("intent") > events.count("attempt"):
+            return
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no attempt under way"
+        time.sleep(0.02)
