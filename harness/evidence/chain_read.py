@@ -14,11 +14,12 @@ import json.encoder
 import operator
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import pairwise, repeat
 from typing import Any, Final
 
 from harness.errors import Code, LogRefusal, Refusal
@@ -244,6 +245,7 @@ class _Scan:
 
 
 _get_prev: Final = operator.itemgetter("prev")
+_hexdigest: Final = operator.methodcaller("hexdigest")
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"{[\n")
 _TOO_MANY_BRACKETS: Final = re.compile(rb"[^\n]{%d}" % (MAX_DEPTH + 1))
 
@@ -260,11 +262,11 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _fast_block(
-    block: bytes, head: str, keep: list[dict[str, Any]] | None
-) -> tuple[int, str] | None:
-    """Verify a block of whole lines after the first; None when anything looks off.
+def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, int, str] | None:
+    """Check a block of whole lines after the first, linked among themselves; None when anything looks off.
 
+    Returns (the first line's prev, the line count, the last line's sha256);
+    the caller checks that first prev against the head before the block.
     Correct by construction: every line must equal the canonical encoding of
     the object parsed from it, so a batch parse cannot hide a bad line.
     """
@@ -292,15 +294,30 @@ def _fast_block(
         prevs = list(map(_get_prev, objs))
     except (ValueError, KeyError):
         return None
-    sha = hashlib.sha256
-    hashes = [sha(b).hexdigest() for b in braw]
-    if prevs[0] != head or prevs[1:] != hashes[:-1]:
+    hashes = list(map(_hexdigest, map(hashlib.sha256, braw)))
+    if prevs[1:] != hashes[:-1]:
         return None
     if any(map(operator.contains, objs, repeat("seed"))):
         return None
+    first = prevs[0]
+    if not isinstance(first, str):
+        return None
     if keep is not None:
         keep.extend(objs)
-    return len(slines), hashes[-1]
+    return first, len(slines), hashes[-1]
+
+
+def _fast_block(
+    block: bytes, head: str, keep: list[dict[str, Any]] | None
+) -> tuple[int, str] | None:
+    """Verify a block of whole lines after the first, continuing `head`; None when anything looks off."""
+    got: list[dict[str, Any]] | None = None if keep is None else []
+    found = _fast_lines(block, got)
+    if found is None or found[0] != head:
+        return None
+    if keep is not None and got is not None:
+        keep.extend(got)
+    return found[1], found[2]
 
 
 def _slow_lines(scan: _Scan, block: bytes, start: int) -> None:
@@ -348,24 +365,16 @@ def _scan_block(scan: _Scan, block: bytes) -> None:
 
 
 def scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
-    """Verify the log open on `fd` from byte 0 to its end."""
+    """Verify the log open on `fd` from byte 0 to its end.
+
+    A large log (and no records kept) is verified in parallel pieces first
+    (`_scan_parallel`); the serial scan then carries on from wherever that
+    stopped, so every problem is found and named exactly as a serial scan would.
+    """
     scan = _Scan(path=path, seed=seed, records=[] if keep else None)
-    offset = 0
-    carry = b""
     with _gc_paused():
-        while scan.problem is None:
-            data = os.pread(fd, _CHUNK, offset)
-            if not data:
-                break
-            offset += len(data)
-            if carry:
-                data = carry + data
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                carry = data
-                continue
-            carry = data[cut:]
-            _scan_block(scan, data[:cut] if cut < len(data) else data)
+        offset = 0 if keep else _scan_parallel(fd, scan)
+        carry = _scan_serial(fd, scan, offset)
     if scan.problem is None and carry:
         lineno = scan.lines + 1
         scan.problem = ChainProblem(
@@ -374,6 +383,198 @@ def scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
             f"line {lineno} has no newline: a torn tail of {len(carry)} bytes; {REPAIR_HINT}",
         )
     return scan
+
+
+def _scan_serial(fd: int, scan: _Scan, offset: int) -> bytes:
+    """Carry `scan` on from byte `offset` to the end; returns the bytes after the last newline."""
+    carry = b""
+    while scan.problem is None:
+        data = os.pread(fd, _CHUNK, offset)
+        if not data:
+            break
+        offset += len(data)
+        if carry:
+            data = carry + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        _scan_block(scan, data[:cut] if cut < len(data) else data)
+    return carry
+
+
+# --------------------------------------------------------------------------
+# Verifying a large log in parallel pieces
+
+_PAR_MIN_BYTES = 32 * 1024 * 1024
+"""Smallest log verified in parallel pieces (a module variable so tests can lower it)."""
+
+_PAR_MIN_PIECE = 8 * 1024 * 1024
+"""Smallest piece given to one process (tests lower it too)."""
+
+_PAR_MAX_WORKERS: Final = 8
+_PAR_CORES: int | None = None
+"""Cores to use; None asks the OS (tests set more than the machine has, to cut more pieces)."""
+_PROBE: Final = 1 << 20
+"""Bytes read at a time while looking for a line boundary near a cut."""
+
+
+def _par_workers(size: int) -> int:
+    """How many processes verify a log of `size` bytes: 1 (serial) unless it pays and is safe.
+
+    Forking is safe only in a single-threaded process (a thread may hold a
+    lock the child would need); a runner with lanes verifies serially.
+    """
+    if size < _PAR_MIN_BYTES or not hasattr(os, "fork") or threading.active_count() != 1:
+        return 1
+    cores = _PAR_CORES
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+    return max(1, min(cores, _PAR_MAX_WORKERS, size // max(1, _PAR_MIN_PIECE)))
+
+
+def _next_line_start(fd: int, pos: int, end: int) -> int:
+    """The offset just after the first newline at or after `pos` (before `end`); -1 if none."""
+    while pos < end:
+        data = os.pread(fd, min(_PROBE, end - pos), pos)
+        if not data:
+            return -1
+        nl = data.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(data)
+    return -1
+
+
+def _verify_range(fd: int, start: int, end: int) -> tuple[str, int, str] | None:
+    """Fast-check the whole lines in bytes [start, end): (first prev, count, last sha256), or None."""
+    first = ""
+    count = 0
+    head = ""
+    offset = start
+    carry = b""
+    while offset < end:
+        data = os.pread(fd, min(_CHUNK, end - offset), offset)
+        if not data:
+            return None  # the file shrank: let the serial scan decide
+        offset += len(data)
+        if carry:
+            data = carry + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        found = _fast_lines(data[:cut] if cut < len(data) else data, None)
+        if found is None or (count and found[0] != head):
+            return None
+        if not count:
+            first = found[0]
+        count += found[1]
+        head = found[2]
+    if carry or not count:
+        return None
+    return first, count, head
+
+
+def _fork_range(fd: int, start: int, end: int) -> tuple[int, int]:
+    """Verify [start, end) in a forked child; returns (pid, read end of its result pipe)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: verify, write the result as JSON, exit without cleanup
+        code = 1
+        try:
+            os.close(r)
+            out = json.dumps(_verify_range(fd, start, end)).encode("ascii")
+            while out:
+                out = out[os.write(w, out):]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    return pid, r
+
+
+def _collect(pid: int, r: int) -> tuple[str, int, str] | None:
+    """A child's result (None when it failed in any way); always reaps the child."""
+    try:
+        chunks = []
+        while chunk := os.read(r, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return None
+    try:
+        value = json.loads(b"".join(chunks))
+    except ValueError:
+        return None
+    if (
+        isinstance(value, list)
+        and len(value) == 3
+        and isinstance(value[0], str)
+        and type(value[1]) is int
+        and isinstance(value[2], str)
+    ):
+        return value[0], value[1], value[2]
+    return None
+
+
+def _scan_parallel(fd: int, scan: _Scan) -> int:
+    """Verify a large log in pieces across processes; returns the offset the serial scan goes on from.
+
+    The first line (the seed) is checked serially. The rest is cut at line
+    boundaries into pieces; each process checks its lines' form and the links
+    inside its piece and reports (first prev, count, last sha256); the links
+    between pieces are checked here, in order. At the first piece that is not
+    clean, this stops and returns that piece's start with `scan` exactly as a
+    serial scan would have it there, so the serial scan finds and names the
+    problem as it always has.
+    """
+    size = os.fstat(fd).st_size
+    workers = _par_workers(size)
+    if workers < 2:
+        return 0
+    start = _next_line_start(fd, 0, size)
+    if start <= 0:
+        return 0
+    _slow_lines(scan, os.pread(fd, start, 0), 0)
+    if scan.problem is not None:
+        return start
+    tail = os.pread(fd, min(size - start, _PROBE), size - min(size - start, _PROBE))
+    end = size - len(tail) + tail.rfind(b"\n") + 1
+    if end <= start:
+        return start
+    cuts = [start]
+    for i in range(1, workers):
+        cut = _next_line_start(fd, start + (end - start) * i // workers, end)
+        if cut > cuts[-1] and cut < end:
+            cuts.append(cut)
+    cuts.append(end)
+    pieces = list(pairwise(cuts))
+    children: list[tuple[int, int]] = []
+    results: list[tuple[str, int, str] | None] = []
+    try:
+        try:
+            for a, b in pieces[1:]:
+                children.append(_fork_range(fd, a, b))
+        except OSError:
+            pass  # no fork: the pieces without a child are checked serially below
+        results.append(_verify_range(fd, *pieces[0]))
+    finally:
+        results.extend(_collect(pid, r) for pid, r in children)
+    for (a, b), found in zip(pieces, results, strict=False):  # fewer results if a fork failed
+        if found is None or found[0] != scan.head:
+            return a
+        scan.lines += found[1]
+        scan.head = found[2]
+        scan.intact_bytes += b - a
+    return end if len(results) == len(pieces) else pieces[len(results)][0]
 
 
 # --------------------------------------------------------------------------

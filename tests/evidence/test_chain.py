@@ -781,3 +781,135 @@ def test_the_fast_path_agrees_with_the_strict_reader(
     with mock.patch.object(chain_read, "_fast_block", return_value=None):
         slow = verify_log(path)
     assert fast == slow
+
+
+# --------------------------------------------------------------------------
+# Verifying in parallel pieces (a large log): the same status as the serial scan
+
+
+def _force_pieces(monkeypatch: pytest.MonkeyPatch, cores: int, piece: int = 1) -> None:
+    monkeypatch.setattr(chain_read, "_PAR_MIN_BYTES", 0)
+    monkeypatch.setattr(chain_read, "_PAR_MIN_PIECE", piece)
+    monkeypatch.setattr(chain_read, "_PAR_CORES", cores)
+
+
+def _serial_scan(path: Path, seed: str | None) -> tuple[ChainStatus, int]:
+    with (
+        mock.patch.object(chain_read, "_PAR_MIN_BYTES", 1 << 62),
+        mock.patch.object(chain_read, "_fast_block", return_value=None),
+    ):
+        scan = chain_read._scan_path(path, seed, keep=False)
+    return scan.status(), scan.intact_bytes
+
+
+def _pieces_scan(path: Path, seed: str | None) -> tuple[ChainStatus, int]:
+    scan = chain_read._scan_path(path, seed, keep=False)
+    return scan.status(), scan.intact_bytes
+
+
+def test_a_large_log_is_verified_in_forked_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    raw = write_chain(path, [{"i": i, "pad": "é" * (i % 50)} for i in range(3000)])
+    _force_pieces(monkeypatch, cores=4)
+    forks: list[tuple[int, int]] = []
+    real = chain_read._fork_range
+
+    def spy(fd: int, start: int, end: int) -> tuple[int, int]:
+        forks.append((start, end))
+        return real(fd, start, end)
+
+    monkeypatch.setattr(chain_read, "_fork_range", spy)
+    slow_lines: list[int] = []
+    real_slow = chain_read._slow_lines
+
+    def spy_slow(scan: Any, block: bytes, start: int) -> None:
+        slow_lines.append(block[start:].count(b"\n"))
+        real_slow(scan, block, start)
+
+    monkeypatch.setattr(chain_read, "_slow_lines", spy_slow)
+    status = verify_log(path, SEED)
+    assert status.ok and status.lines == 3000 and status.head == sha(raw[-1])
+    assert len(forks) == 3  # four pieces: one here, three in children
+    assert sum(slow_lines) == 1  # only the seed line is read line by line
+    assert status == _serial_scan(path, SEED)[0]
+
+
+def test_pieces_are_not_forked_while_other_threads_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    write_chain(path, [{"i": i} for i in range(500)])
+    _force_pieces(monkeypatch, cores=4)
+    monkeypatch.setattr(chain_read.threading, "active_count", lambda: 2)
+    monkeypatch.setattr(chain_read, "_fork_range", mock.Mock(side_effect=AssertionError))
+    assert verify_log(path, SEED).lines == 500
+
+
+def test_a_failed_fork_falls_back_to_the_serial_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    raw = write_chain(path, [{"i": i} for i in range(500)])
+    raw[400] = raw[400].replace(b'"i":', b'"i": ')
+    path.write_bytes(b"".join(line + b"\n" for line in raw))
+    _force_pieces(monkeypatch, cores=4)
+    monkeypatch.setattr(chain_read, "_fork_range", mock.Mock(side_effect=OSError("no fork")))
+    status = verify_log(path, SEED)
+    assert status.problem is not None
+    assert (status.problem.kind, status.problem.line, status.lines) == ("not_canonical", 401, 400)
+
+
+@pytest.mark.parametrize(("name", "kind", "index"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_each_problem_kind_is_named_with_its_line_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, kind: str, index: int
+) -> None:
+    path = tmp_path / "log.jsonl"
+    bad = _planted_line(path, name, index)
+    _relinked(path, _good(), index, bad)
+    _force_pieces(monkeypatch, cores=3)
+    status = verify_log(path)
+    assert status.problem is not None, name
+    assert (status.problem.kind, status.problem.line) == (kind, index + 1), status.problem
+    assert (status, chain_read._scan_path(path, None, keep=False).intact_bytes) == _serial_scan(
+        path, None
+    )
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=st.lists(records, min_size=1, max_size=40),
+    edits=st.lists(st.tuples(st.integers(min_value=0), st.binary(max_size=3)), max_size=3),
+    cores=st.integers(min_value=2, max_value=8),
+    chunk=st.sampled_from([5, 64, 1 << 20]),
+    seeded=st.booleans(),
+)
+def test_pieces_agree_with_the_serial_strict_reader(
+    tmp_path_factory: pytest.TempPathFactory,
+    batch: list[dict[str, Any]],
+    edits: list[tuple[int, bytes]],
+    cores: int,
+    chunk: int,
+    seeded: bool,
+) -> None:
+    """Valid or corrupted, the pieces report the same status and intact bytes as the strict reader."""
+    path = tmp_path_factory.mktemp("pieces") / "log.jsonl"
+    ChainedLog(path, SEED).append_many(batch)
+    data = bytearray(path.read_bytes())
+    for position, insert in edits:
+        at = position % (len(data) + 1)
+        data[at : at + 1] = insert
+    path.write_bytes(bytes(data))
+    seed = SEED if seeded else None
+    want = _serial_scan(path, seed)
+    with (
+        mock.patch.object(chain_read, "_PAR_MIN_BYTES", 0),
+        mock.patch.object(chain_read, "_PAR_MIN_PIECE", 1),
+        mock.patch.object(chain_read, "_PAR_CORES", cores),
+        mock.patch.object(chain_read, "_CHUNK", chunk),
+    ):
+        got = _pieces_scan(path, seed)
+    assert got == want
