@@ -276,20 +276,22 @@ def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, i
         text = block.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    slines = text.split("\n")
-    slines.pop()
-    if len(slines) != len(braw):  # cannot happen for valid UTF-8; cheap to guard
+    body = text[:-1]
+    count = len(braw)
+    if body.count("\n") != count - 1:  # cannot happen for valid UTF-8; cheap to guard
         return None
     if _TOO_MANY_BRACKETS.search(block.translate(None, _NOT_BRACKETS)):
         return None  # a line may nest deeper than MAX_DEPTH: let the strict reader decide
     try:
-        objs = json.loads("[" + ",".join(slines) + "]")
+        objs = json.loads("[" + body.replace("\n", ",") + "]")
     except (ValueError, RecursionError):
         return None
-    if len(objs) != len(slines) or set(map(type, objs)) != {dict}:
+    if len(objs) != count or set(map(type, objs)) != {dict}:
         return None
     try:
-        if list(map(_encode, objs)) != slines:
+        # A canonical encoding never holds a raw newline, so the joined texts are
+        # equal exactly when every line equals its own object's encoding.
+        if "\n".join(map(_encode, objs)) != body:
             return None
         prevs = list(map(_get_prev, objs))
     except (ValueError, KeyError):
@@ -304,7 +306,7 @@ def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, i
         return None
     if keep is not None:
         keep.extend(objs)
-    return first, len(slines), hashes[-1]
+    return first, count, hashes[-1]
 
 
 def _fast_block(
