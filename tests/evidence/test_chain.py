@@ -791,6 +791,7 @@ def _force_pieces(monkeypatch: pytest.MonkeyPatch, cores: int, piece: int = 1) -
     monkeypatch.setattr(chain_read, "_PAR_MIN_BYTES", 0)
     monkeypatch.setattr(chain_read, "_PAR_MIN_PIECE", piece)
     monkeypatch.setattr(chain_read, "_PAR_CORES", cores)
+    monkeypatch.setattr(chain_read.threading, "active_count", lambda: 1)  # whatever the runner
 
 
 def _serial_scan(path: Path, seed: str | None) -> tuple[ChainStatus, int]:
@@ -910,6 +911,7 @@ def test_pieces_agree_with_the_serial_strict_reader(
         mock.patch.object(chain_read, "_PAR_MIN_PIECE", 1),
         mock.patch.object(chain_read, "_PAR_CORES", cores),
         mock.patch.object(chain_read, "_CHUNK", chunk),
+        mock.patch.object(chain_read.threading, "active_count", return_value=1),
     ):
         got = _pieces_scan(path, seed)
     assert got == want
