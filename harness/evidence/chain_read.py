@@ -56,8 +56,12 @@ PROBLEM_KINDS: Final = (
 )
 """Every `ChainProblem.kind`."""
 
-_CHUNK: Final = 16 * 1024 * 1024
-"""Bytes read per step while verifying (a longer line is read whole)."""
+_CHUNK: Final = 256 * 1024
+"""Bytes read per step while verifying (a longer line is read whole, in doubling steps).
+
+Small enough that one block's parsed objects stay in the CPU caches and the
+allocator reuses its memory (16 MiB blocks spent a fifth of the time in page
+faults); large enough that the per-block calls do not matter."""
 
 _LOCK_WAIT_S: Final = 30.0
 """How long a reader waits for a writer's exclusive lock before refusing."""
@@ -391,7 +395,7 @@ def _scan_serial(fd: int, scan: _Scan, offset: int) -> bytes:
     """Carry `scan` on from byte `offset` to the end; returns the bytes after the last newline."""
     carry = b""
     while scan.problem is None:
-        data = os.pread(fd, _CHUNK, offset)
+        data = os.pread(fd, max(_CHUNK, len(carry)), offset)
         if not data:
             break
         offset += len(data)
@@ -460,7 +464,7 @@ def _verify_range(fd: int, start: int, end: int) -> tuple[str, int, str] | None:
     offset = start
     carry = b""
     while offset < end:
-        data = os.pread(fd, min(_CHUNK, end - offset), offset)
+        data = os.pread(fd, min(max(_CHUNK, len(carry)), end - offset), offset)
         if not data:
             return None  # the file shrank: let the serial scan decide
         offset += len(data)
