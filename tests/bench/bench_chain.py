@@ -137,7 +137,11 @@ def test_bench_verify_one_million_lines(disk_dir: Path) -> None:
     path.write_bytes(data)
     mb = len(data) / 1e6
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"\n[chain verify] {BIG_LINES:,} lines, {mb:.1f} MB, {cores} cores, medians of {RUNS}")
+    pieces = chain_read._par_workers(len(data))
+    print(
+        f"\n[chain verify] {BIG_LINES:,} lines, {mb:.1f} MB, {cores} cores, {pieces} pieces,"
+        f" medians of {RUNS}"
+    )
 
     def verify(pieces: bool) -> float:
         floor = chain_read._PAR_MIN_BYTES if pieces else 1 << 62
