@@ -3,7 +3,8 @@
 The simulator answers at zero latency in its own process and the warm verifier
 checks answers in its own process, so the CPU time of this process over a
 stage is proctor's own work: planning, admission, the transport, metering,
-every chained append (fsync waits are not CPU), finals and receipts. The peer
+every chained append (fsync waits are not CPU), finals and receipts, and the progress display
+`proctor run` shows (`ProgressDisplay`, writing plain lines as to a log). The peer
 in the same run is the bare minimum a client does for the same requests: an
 httpx post of the same bodies and a JSON parse of each answer.
 
@@ -14,6 +15,7 @@ stage shows: PROCTOR_BENCH_ITEMS=164 PROCTOR_BENCH_REPEATS=5 and the same comman
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -24,6 +26,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests.support`
 
+from harness.cli.progress import ProgressDisplay
 from harness.run.attempts import read_plan
 from harness.run.runner import run_stage
 from tests.support.study import prereg, sim_servers, system, urls
@@ -37,7 +40,9 @@ def test_runner_cpu_per_attempt(tmp_path: Path) -> None:
         url = start([system("sim-flash", 1.0), system("sim-glm", 0.5)])
         folder = prereg(tmp_path, items=ITEMS, repeats=REPEATS, caps=(1e3, 1e3), overall=3e3)
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        summary = run_stage(folder, "A", tmp_path / "results", base_urls=urls(url))
+        display = ProgressDisplay(io.StringIO(), tty=False)
+        summary = run_stage(folder, "A", tmp_path / "results", base_urls=urls(url), progress=display)
+        display.close()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         assert summary.exit_code == 0, summary.to_json()
         stage = Path(summary.folder)
