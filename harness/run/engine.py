@@ -13,7 +13,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.evals.verify_humaneval import WarmVerifier
 from harness.evidence.chain import ChainedLog
@@ -21,7 +21,6 @@ from harness.evidence.clock import Clock
 from harness.evidence.money import RunningSum, sum_costs
 from harness.meter.wire import WireLog
 from harness.providers.base import Exchange
-from harness.providers.transport import Transport
 from harness.records.final import RunFinal
 from harness.records.run_event import RunEvent
 from harness.run.layout import log_seed
@@ -35,6 +34,9 @@ from harness.run.rules import (
 )
 from harness.run.setup import StageSetup
 from harness.run.summary import RunProgress, SystemProgress
+
+if TYPE_CHECKING:  # a dry run never sends: the transport (httpx, h11) is imported by the run loop
+    from harness.providers.transport import Transport
 
 __all__ = ["EngineCore"]
 
