@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.errors import Code, InputRefusal
 
-__all__ = ["parse_cost", "sum_costs"]
+__all__ = ["RunningSum", "parse_cost", "sum_costs"]
 
 
 def parse_cost(value: Any, *, field: str = "cost", path: str | os.PathLike[str] | None = None) -> float:
@@ -39,3 +39,47 @@ def sum_costs(values: Iterable[float], *, path: str | os.PathLike[str] | None = 
     if not math.isfinite(total):
         raise InputRefusal(Code.COST_OVERFLOW, "the sum of costs overflows", path)
     return total
+
+
+class RunningSum:
+    """`sum_costs` kept up to date in constant time per value: `value()` always equals `sum_costs(values)`
+    of every value added so far, exactly (not approximately).
+
+    It keeps Shewchuk's non-overlapping partials (the algorithm behind `math.fsum`): they add up
+    to the exact sum of the values, so `math.fsum` over the few partials rounds that exact sum
+    once, as `math.fsum` over every value does. A partial sum that leaves the finite floats (an
+    overflow) falls back to `sum_costs` over the values themselves, which refuses as it always did.
+    """
+
+    __slots__ = ("_overflow", "_partials", "values")
+
+    def __init__(self, values: Iterable[float] = ()) -> None:
+        self.values: list[float] = []
+        self._partials: list[float] = []
+        self._overflow = False
+        for x in values:
+            self.add(x)
+
+    def add(self, x: float) -> None:
+        self.values.append(x)
+        if self._overflow:
+            return
+        partials = self._partials
+        i = 0
+        for y in partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                partials[i] = lo
+                i += 1
+            x = hi
+        partials[i:] = [x]
+        if not math.isfinite(x):
+            self._overflow = True
+
+    def value(self, *, path: str | os.PathLike[str] | None = None) -> float:
+        if self._overflow:
+            return sum_costs(self.values, path=path)
+        return sum_costs(self._partials, path=path)

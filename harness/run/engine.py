@@ -13,18 +13,18 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.evals.verify_humaneval import WarmVerifier
 from harness.evidence.chain import ChainedLog
 from harness.evidence.clock import Clock
-from harness.evidence.money import sum_costs
+from harness.evidence.money import RunningSum, sum_costs
 from harness.meter.wire import WireLog
 from harness.providers.base import Exchange
-from harness.providers.transport import Transport
+from harness.records.final import RunFinal
 from harness.records.run_event import RunEvent
 from harness.run.layout import log_seed
-from harness.run.ledger import Ledger
+from harness.run.ledger import CellState, Ledger
 from harness.run.rules import (
     AdmissionInputs,
     admission_decision,
@@ -34,6 +34,9 @@ from harness.run.rules import (
 )
 from harness.run.setup import StageSetup
 from harness.run.summary import RunProgress, SystemProgress
+
+if TYPE_CHECKING:  # a dry run never sends: the transport (httpx, h11) is imported by the run loop
+    from harness.providers.transport import Transport
 
 __all__ = ["EngineCore"]
 
@@ -59,6 +62,9 @@ class EngineCore:
         self.attempt_lines = ledger.attempt_lines
         self.spend = dict(ledger.spend)
         self.spend_parts = {k: list(v) for k, v in ledger.spend_parts.items()}
+        # running exact sums (equal to `sum_costs` / `ceiling_total` over the parts, in constant time)
+        self.spend_sums = {k: RunningSum(v) for k, v in self.spend_parts.items()}
+        self.grand = RunningSum([d.budgets.spend_before_usd, *(p for v in self.spend_parts.values() for p in v)])
         self.under_way = dict.fromkeys(setup.systems, 0)  # attempts admitted whose record is not yet written
         self.admitted = dict.fromkeys(setup.systems, 0)  # this invocation's admitted items
         self.admitted_now: dict[str, set[str]] = {s: set() for s in setup.systems}
@@ -68,8 +74,18 @@ class EngineCore:
             if a["decision"] == "admit" and a["system"] in self.admitted_items:
                 self.admitted_items[a["system"]].add(a["item"])
         self.refused = dict.fromkeys(setup.systems, 0)
-        self.attempts = {s: sum(len(r) for c in ledger.cells.values() if c.request.system == s
-                                for r in c.attempts.values()) for s in setup.systems}
+        # running counters for the progress, counted once here and kept by every event after
+        self.cells_of: dict[str, list[CellState]] = {s: [] for s in setup.systems}
+        for c in ledger.cells.values():
+            if c.request.system in self.cells_of:
+                self.cells_of[c.request.system].append(c)
+        self.attempts = {s: sum(len(r) for c in cells for r in c.attempts.values())
+                         for s, cells in self.cells_of.items()}
+        self.standing = {s: sum(c.standing for c in cells) for s, cells in self.cells_of.items()}
+        self.items_of = {s: len({c.request.item for c in cells}) for s, cells in self.cells_of.items()}
+        self.caps = {s: d.system(s).cap_usd for s in setup.systems}
+        self.inconclusive: dict[str, set[str]] = {s: {c.request.item for c in cells if any(
+            f.cls == "inconclusive" for _, f, _ in c.finals)} for s, cells in self.cells_of.items()}
         self.stopped: dict[str, str] = {}
         self.paused = {s for s in setup.systems if ledger.paused(s)}
         self.streak = dict.fromkeys(setup.systems, 0)  # transport failures in a row (the breaker)
@@ -92,7 +108,8 @@ class EngineCore:
     # ---- bookkeeping under the lock
 
     def total(self) -> float:
-        return ceiling_total(self.s.design.budgets.spend_before_usd, self.spend_parts)
+        """`ceiling_total` of spend before and every system's spend parts (kept running: the same exact sum)."""
+        return self.grand.value()
 
     def event(self, event: str, **fields: Any) -> dict[str, Any]:
         with self.lock:
@@ -118,8 +135,11 @@ class EngineCore:
         return self.crossed or self.interrupted or system in self.stopped or system in self.paused
 
     def _add_spend_locked(self, system: str, cost_usd: Any) -> None:
-        self.spend_parts[system].append(cost_for_spend(cost_usd, self.reserve))
-        self.spend[system] = sum_costs(self.spend_parts[system])  # one exact sum, as the ledger's
+        part = cost_for_spend(cost_usd, self.reserve)
+        self.spend_parts[system].append(part)
+        self.spend_sums[system].add(part)
+        self.grand.add(part)
+        self.spend[system] = self.spend_sums[system].value()  # one exact sum, as the ledger's
         total = self.total()
         if total > self.ceiling and not self.crossed:
             self.crossed = True
@@ -136,7 +156,7 @@ class EngineCore:
         reruns and transport retries too, so the caps count attempts under way, not items."""
         inputs = AdmissionInputs(
             system=system, item=item, lane=lane, finished_usd=self.spend[system], reserve_usd=self.reserve,
-            under_way=self.under_way[system] + 1, cap_usd=self.s.design.system(system).cap_usd,
+            under_way=self.under_way[system] + 1, cap_usd=self.caps[system],
             refused_before=system in self.refused_before, total_usd=self.total(), ceiling_usd=self.ceiling,
             crossed=self.crossed,
         )
@@ -156,18 +176,46 @@ class EngineCore:
 
     # ---- progress
 
+    def _final_written_locked(self, state: CellState, final: RunFinal, was_standing: bool) -> None:
+        """Keep the progress counters after a final is appended to `state.finals`."""
+        system = state.request.system
+        self.standing[system] += int(state.standing) - int(was_standing)
+        if final.cls == "inconclusive":
+            self.inconclusive[system].add(state.request.item)
+
     def system_progress(self) -> tuple[SystemProgress, ...]:
+        """Each system's progress from the running counters: constant time per system, whatever the
+        stage's size (`recount_progress` counts the same from the cells)."""
+        out = []
+        for s in self.s.systems:
+            out.append(self._system_progress(s, self.standing[s], len(self.cells_of[s]), self.items_of[s]))
+        return tuple(out)
+
+    def recount(self) -> RunProgress:
+        """What `progress` returns, counted again from every cell and spend part (the tests' check of the
+        running counters; linear in the stage's size)."""
+        total = ceiling_total(self.s.design.budgets.spend_before_usd, self.spend_parts)
+        return RunProgress(self.study, self.stage, total, self.ceiling, self.crossed, self.recount_progress())
+
+    def recount_progress(self) -> tuple[SystemProgress, ...]:
+        """What `system_progress` returns, counted from every cell."""
         out = []
         for s in self.s.systems:
             cells = [c for c in self.ledger.cells.values() if c.request.system == s]
-            standing = sum(c.standing for c in cells)
-            state = ("done" if standing == len(cells) else "paused" if s in self.paused else
-                     "refused" if s in self.refused_before else "stopped" if s in self.stopped else "running")
-            out.append(SystemProgress(s, len(self.admitted_items[s]), self.refused[s], self.attempts[s], standing,
-                                      len(cells), self.spend[s], self.s.design.system(s).cap_usd, state,
-                                      items_admitted_now=self.admitted[s],
-                                      items=len({c.request.item for c in cells})))
+            out.append(self._system_progress(s, sum(c.standing for c in cells), len(cells),
+                                             len({c.request.item for c in cells}),
+                                             attempts=sum(len(r) for c in cells for r in c.attempts.values()),
+                                             spend=sum_costs(self.spend_parts[s])))
         return tuple(out)
+
+    def _system_progress(self, s: str, standing: int, cells: int, items: int, *, attempts: int | None = None,
+                         spend: float | None = None) -> SystemProgress:
+        state = ("done" if standing == cells else "paused" if s in self.paused else
+                 "refused" if s in self.refused_before else "stopped" if s in self.stopped else "running")
+        return SystemProgress(s, len(self.admitted_items[s]), self.refused[s],
+                              self.attempts[s] if attempts is None else attempts, standing, cells,
+                              self.spend[s] if spend is None else spend, self.caps[s], state,
+                              items_admitted_now=self.admitted[s], items=items)
 
     def progress(self) -> RunProgress:
         return RunProgress(self.study, self.stage, self.total(), self.ceiling, self.crossed, self.system_progress())

@@ -50,14 +50,16 @@ class Finals(EngineCore):
                 receipt_sha256=None if receipt is None else receipt[1], replaced=replaced, at=self.clock.now(),
             )
             written = self.logs["finals"].append(final.to_json())
+            was_standing = state.standing
             state.finals.append((0, final, canonical_bytes(written)))
+            self._final_written_locked(state, final, was_standing)
             if action == "pause":
                 self.paused.add(r.system)
                 self._event_locked("pause", system=r.system, run_id=r.run_id, error_code=attempt.get("error_code"))
             elif action == "stop":
                 cause = "deadline" if attempt.get("error_code") == "AttemptDeadline" else cls
                 self._stop_locked(r.system, cause, f"{r.run_id}: {attempt.get('error_code')}")
-            if cls == "inconclusive" and self.ledger.inconclusive_items(r.system) > INCONCLUSIVE_ITEMS_LIMIT:
+            if cls == "inconclusive" and len(self.inconclusive[r.system]) > INCONCLUSIVE_ITEMS_LIMIT:
                 self._stop_locked(r.system, "inconclusive", "inconclusive failures ended runs in more than "
                                   f"{INCONCLUSIVE_ITEMS_LIMIT} items")
         return final

@@ -22,7 +22,6 @@ from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
 from harness.prereg.go import go_problem
-from harness.providers.transport import Transport
 from harness.records.provenance import current_provenance
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
@@ -51,6 +50,9 @@ class _Engine(Upkeep):
                 installed.append(signum)
         background = [asyncio.ensure_future(self.sampler()), asyncio.ensure_future(self.anchorer())]
         n_lanes = self.rules.lanes_per_system
+        # httpx and h11: only a run that sends needs them, never a dry run
+        from harness.providers.transport import Transport
+
         try:
             async with Transport(timeout_s=max(2 * self.rules.attempt_deadline_s, 30.0),
                                  max_connections=max(1, n_lanes * len(self.s.systems)) + 4) as transport:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from harness.errors import Refusal
 from harness.evidence.jsonio import loads_strict
-from harness.evidence.money import parse_cost, sum_costs
+from harness.evidence.money import RunningSum, parse_cost, sum_costs
 
 # --------------------------------------------------------------------------- parse_cost
 
@@ -189,3 +189,42 @@ def test_sum_costs_overflow_refused(values: list[float]) -> None:
 def test_sum_costs_near_the_top_is_fine() -> None:
     assert sum_costs([sys.float_info.max, 0.0]) == sys.float_info.max
     assert sum_costs([sys.float_info.max / 2, sys.float_info.max / 2]) == sys.float_info.max
+
+
+# --------------------------------------------------------------------------- RunningSum
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(min_value=0, max_value=1e6), st.floats(min_value=0, max_value=1e-3),
+                          st.sampled_from([0.0, 0.01, 0.1, 1e-300, 5e-324, 1e16, 1.0 / 3])), max_size=60),
+       st.floats(min_value=0, max_value=1e3))
+def test_running_sum_equals_sum_costs_after_every_value(xs: list[float], before: float) -> None:
+    running = RunningSum([before])
+    for i, x in enumerate(xs):
+        running.add(x)
+        assert running.value() == sum_costs([before, *xs[: i + 1]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300), max_size=40))
+def test_running_sum_is_exact_with_mixed_signs(xs: list[float]) -> None:
+    running = RunningSum()
+    for i, x in enumerate(xs):
+        running.add(x)
+        assert running.value() == sum_costs(xs[: i + 1])
+    assert running.values == xs
+
+
+def test_running_sum_overflow_refused_as_sum_costs() -> None:
+    running = RunningSum([sys.float_info.max])
+    assert running.value() == sys.float_info.max
+    running.add(sys.float_info.max)
+    with pytest.raises(Refusal) as got:
+        running.value()
+    with pytest.raises(Refusal) as want:
+        sum_costs([sys.float_info.max, sys.float_info.max])
+    assert got.value.code == want.value.code
+
+
+def test_running_sum_of_nothing_is_zero() -> None:
+    assert RunningSum().value() == 0.0 == sum_costs([])
