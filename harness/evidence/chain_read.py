@@ -391,23 +391,43 @@ def scan_fd(fd: int, path: str, seed: str | None, keep: bool) -> _Scan:
     return scan
 
 
+class _Blocks:
+    """The blocks of whole lines read from `fd` in [offset, end) (`end` None: to the end of the file).
+
+    While and after iterating, `rest` holds the bytes after the last newline read; `short` is True when
+    the file ended before `end`.
+    """
+
+    def __init__(self, fd: int, offset: int, end: int | None = None) -> None:
+        self.fd, self.offset, self.end = fd, offset, end
+        self.rest, self.short = b"", False
+
+    def __iter__(self) -> Iterator[bytes]:
+        carry = b""
+        while self.end is None or self.offset < self.end:
+            want = max(_CHUNK, len(carry))
+            data = os.pread(self.fd, want if self.end is None else min(want, self.end - self.offset), self.offset)
+            if not data:
+                self.short = self.end is not None
+                break
+            self.offset += len(data)
+            if carry:
+                data = carry + data
+            cut = data.rfind(b"\n") + 1
+            self.rest = carry = data[cut:]
+            if cut:
+                yield data[:cut] if cut < len(data) else data
+
+
 def _scan_serial(fd: int, scan: _Scan, offset: int) -> bytes:
     """Carry `scan` on from byte `offset` to the end; returns the bytes after the last newline."""
-    carry = b""
-    while scan.problem is None:
-        data = os.pread(fd, max(_CHUNK, len(carry)), offset)
-        if not data:
-            break
-        offset += len(data)
-        if carry:
-            data = carry + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            carry = data
-            continue
-        carry = data[cut:]
-        _scan_block(scan, data[:cut] if cut < len(data) else data)
-    return carry
+    blocks = _Blocks(fd, offset)
+    if scan.problem is None:
+        for block in blocks:
+            _scan_block(scan, block)
+            if scan.problem is not None:
+                break
+    return blocks.rest
 
 
 # --------------------------------------------------------------------------
@@ -461,28 +481,16 @@ def _verify_range(fd: int, start: int, end: int) -> tuple[str, int, str] | None:
     first = ""
     count = 0
     head = ""
-    offset = start
-    carry = b""
-    while offset < end:
-        data = os.pread(fd, min(max(_CHUNK, len(carry)), end - offset), offset)
-        if not data:
-            return None  # the file shrank: let the serial scan decide
-        offset += len(data)
-        if carry:
-            data = carry + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            carry = data
-            continue
-        carry = data[cut:]
-        found = _fast_lines(data[:cut] if cut < len(data) else data, None)
+    blocks = _Blocks(fd, start, end)
+    for block in blocks:
+        found = _fast_lines(block, None)
         if found is None or (count and found[0] != head):
             return None
         if not count:
             first = found[0]
         count += found[1]
         head = found[2]
-    if carry or not count:
+    if blocks.short or blocks.rest or not count:  # the file shrank, or a piece ends mid-line: the serial scan decides
         return None
     return first, count, head
 
