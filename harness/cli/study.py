@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from harness.cli.output import Outcome, print_json, text_table
@@ -33,6 +34,31 @@ __all__ = [
 ]
 
 
+def _to_stderr(line: str) -> None:
+    """A progress line, on stderr as it comes."""
+    sys.stderr.write(line)
+    sys.stderr.flush()
+
+
+def _second_signal(as_json: bool, who: Callable[[dict[str, Any]], str], *,
+                   before: Callable[[], None] | None = None) -> Callable[[dict[str, Any]], None]:
+    """What a second signal prints just before the process ends: its stop record (`--json`) or one line
+    on stderr naming `who(record)` stopped; `before` runs first (the progress display's last draw)."""
+
+    def exit_now(record: dict[str, Any]) -> None:
+        if before is not None:
+            before()
+        if as_json:
+            print_json(record)
+        else:
+            sys.stderr.write(f"{who(record)} stopped at once by a second signal (exit {record['exit_code']}): "
+                             f"{record['note']}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    return exit_now
+
+
 def run(args: argparse.Namespace) -> Outcome:
     """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
     after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
@@ -47,16 +73,8 @@ def run(args: argparse.Namespace) -> Outcome:
 
     show = None if args.json else ProgressDisplay(sys.stderr)
 
-    def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
-        if show is not None:
-            show.close()
-        if args.json:
-            print_json(record)
-        else:
-            sys.stderr.write(f"[{record['stage']}] stopped at once by a second signal (exit {record['exit_code']}): "
-                             f"{record['note']}\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
+    exit_now = _second_signal(args.json, lambda record: f"[{record['stage']}]",
+                              before=None if show is None else show.close)
 
     from harness.notebooks.stage import study_base_urls
 
@@ -106,16 +124,12 @@ def analyze(args: argparse.Namespace) -> Outcome:
     """`proctor analyze`: run notebooks/analysis.ipynb, export HTML, anchor every output (`harness.notebooks.analyze`)."""
     from harness.notebooks.analyze import analyze_results
 
-    def show(line: str) -> None:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-
     if args.check:
         from harness.notebooks.analyze import check_analysis
 
-        checked = check_analysis(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+        checked = check_analysis(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else _to_stderr)
         return Outcome.of(checked.to_json())
-    got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else show)
+    got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else _to_stderr)
     if args.json:
         return Outcome.of(got)
     shown = ("stage", "system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
@@ -133,20 +147,8 @@ def batch(args: argparse.Namespace) -> Outcome:
     """`proctor batch`: run a batch file's notebooks in order with papermill (`harness.notebooks.batch`)."""
     from harness.notebooks.batch import run_batch
 
-    def show(line: str) -> None:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-
-    def exit_now(record: dict[str, Any]) -> None:  # a second signal: the process ends right after this
-        if args.json:
-            print_json(record)
-        else:
-            sys.stderr.write(f"batch stopped at once by a second signal (exit {record['exit_code']}): "
-                             f"{record['note']}\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-    return Outcome.of(run_batch(args.file, progress=None if args.json else show, on_exit=exit_now))
+    return Outcome.of(run_batch(args.file, progress=None if args.json else _to_stderr,
+                                on_exit=_second_signal(args.json, lambda _record: "batch")))
 
 
 def anchor_notebook(args: argparse.Namespace) -> Outcome:
