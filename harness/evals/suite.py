@@ -17,6 +17,7 @@ from harness.evidence.jsonio import loads_strict, read_bytes, read_json, sha256_
 __all__ = [
     "FORBIDDEN_KEYS",
     "PACKET_KEYS",
+    "SUITE_KINDS",
     "SUITE_SCHEMA",
     "Packet",
     "PacketItem",
@@ -27,9 +28,13 @@ __all__ = [
     "load_private",
     "load_suite",
     "parse_private_lines",
+    "suite_kind",
 ]
 
 SUITE_SCHEMA: Final = "proctor-suite.v1"
+SUITE_KINDS: Final = ("completion", "repo_task")
+"""What an item of the suite asks for: one completion (HumanEval), or a repository task on the gated path.
+A SUITE.json without `kind` is a completion suite (written before kinds existed)."""
 
 FORBIDDEN_KEYS: Final = frozenset(
     {
@@ -345,10 +350,18 @@ def _manifest(folder: str) -> tuple[dict[str, Any], str]:
             raise bad(f"{key} must be 64 lowercase hex digits")
     if not isinstance(manifest.get("suite"), str) or not manifest["suite"]:
         raise bad("suite must be a non-empty string")
+    if manifest.get("kind", "completion") not in SUITE_KINDS:
+        raise bad(f"kind must be one of {', '.join(SUITE_KINDS)}, found {manifest.get('kind')!r}")
     items = manifest.get("items")
     if isinstance(items, bool) or not isinstance(items, int) or items < 1:
         raise bad("items must be a positive integer")
     return manifest, path
+
+
+def suite_kind(suite_dir: str | os.PathLike[str]) -> str:
+    """The suite's kind from its SUITE.json (`completion` when it names none); refuses `suite_invalid`."""
+    manifest, _ = _manifest(os.fspath(suite_dir))
+    return str(manifest.get("kind", "completion"))
 
 
 def load_private(suite_dir: str | os.PathLike[str]) -> dict[str, PrivateItem]:

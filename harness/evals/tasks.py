@@ -86,6 +86,7 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
         out,
         suite="tasks",
         version=SUITE_VERSION,
+        kind="repo_task",
         source={
             "package": None,
             "version": None,

@@ -36,6 +36,7 @@ def write_suite(
     packet: Sequence[Mapping[str, Any]],
     private: Sequence[Mapping[str, Any]],
     extra_private: Mapping[str, bytes] | None = None,
+    kind: str | None = None,
 ) -> dict[str, Any]:
     """Write ``packet.jsonl``, ``private/items.jsonl`` (and `extra_private` files) and ``SUITE.json``.
 
@@ -65,6 +66,8 @@ def write_suite(
         "private_sha256": sha256_hex(private_raw),
         "files": {name: sha256_hex(data) for name, data in files.items()},
     }
+    if kind is not None:  # absent: a completion suite (SUITE.json before suite kinds)
+        manifest["kind"] = kind
     atomic_write(os.path.join(folder, "SUITE.json"), manifest_bytes(manifest), mode=0o644)
     load_suite(folder)
     return {

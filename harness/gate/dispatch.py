@@ -175,12 +175,18 @@ def dispatch(
     catalog_path: str | None = None,
     pricing_path: str | None = None,
     sandbox: str | None = None,
+    upstream: str | None = None,
+    timeout_s: float | None = None,
+    prompt_text: str | None = None,
 ) -> DispatchResult:
     """Run the worker in the workspace: `argv`, or the catalog worker of `model` (an id or "auto").
 
     Returns the dispatch's end record. On stagnation the lane switches first
     and the worker gets an evidence packet (`harness.gate.escalation`).
     `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
+    The study runner's seams (a repository-task attempt, docs/run.md): `upstream` replaces the
+    model's base URL behind the metering proxy, `timeout_s` shortens the task's `timeout_s` (the
+    attempt's deadline), `prompt_text` replaces the task's prompt (the plan's prompt for the arm).
     """
     refuse_nested("dispatch")
     if model is not None and argv:
@@ -191,6 +197,7 @@ def dispatch(
         check_pin(gate.task, gate.pin)
         box = resolve_sandbox(sandbox)
         budget = gate.task.budget
+        deadline_s = budget.timeout_s if timeout_s is None else min(budget.timeout_s, timeout_s)
         started = [e for e in gate.events if e["event"] == "dispatch_start"]
         if len(started) >= budget.max_dispatches:
             raise GateRefusal(
@@ -218,7 +225,7 @@ def dispatch(
         seen = IN_SANDBOX if sandboxed else folder  # where the worker finds what it is given
         switch = lane_switch(gate, esc, dispatch_id, folder, seen)
         prompt_file = os.path.join(folder, "prompt.md")
-        prompt = gate.task.prompt.encode("utf-8")
+        prompt = (gate.task.prompt if prompt_text is None else prompt_text).encode("utf-8")
         if switch:
             prompt += switch[1].encode("utf-8")
         atomic_write(prompt_file, prompt)
@@ -240,7 +247,7 @@ def dispatch(
                 python=sys.executable,
             )
             network = choice.model.worker.network
-            upstream = choice.model.effective_base_url()
+            upstream = upstream or choice.model.effective_base_url()
             wire_name = f"{gate.task.task_id}/{dispatch_id}"
             proxied: AbstractContextManager[dict[str, Any]] = (
                 metering_proxy(upstream, os.path.join(folder, "wire.jsonl"), wire_name, unix=sandboxed)
@@ -302,7 +309,7 @@ def dispatch(
                     proctor_pid=os.getpid(),
                     prompt_sha256=sha256_hex(prompt),
                     heartbeat=heartbeat,
-                    timeout_s=budget.timeout_s,
+                    timeout_s=deadline_s,
                     preflight=tuple(preflight),
                     evidence_file=switch[0].evidence_file if switch else None,
                     sandbox=wrapped.record,
@@ -318,7 +325,7 @@ def dispatch(
                     wrapped.argv,
                     cwd=gate.workspace,
                     env=env,
-                    timeout_s=budget.timeout_s,
+                    timeout_s=deadline_s,
                     output_path=output,
                     sandboxed=wrapped.sandboxed, limits=wrapped.limits,
                 )

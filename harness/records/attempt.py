@@ -22,6 +22,7 @@ from harness.errors import Code
 from harness.evidence.jsonio import sha256_hex
 from harness.records._shape import CHAIN_KEYS, Fields, refusal
 from harness.records.usage import CATEGORIES
+from harness.records.work import AttemptWork
 
 __all__ = [
     "ATTEMPT_ERROR_CODES", "ATTEMPT_KIND", "COST_STATUSES", "HARNESS_ERROR_CODES", "NOT_SENT_CODES",
@@ -70,6 +71,9 @@ class Attempt:
     error_message: str | None = None
     rerun: int | None = field(default=None)
     sent: bool | None = field(default=None)
+    work: Mapping[str, Any] | None = field(default=None)
+    """A repository-task attempt's work (`harness.records.work.AttemptWork`): the gated path's run in
+    place of one HTTP response (no http_status, no response_raw). Absent from completion attempts."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as written: `text` or `error_code`/`error_message` by outcome; `rerun` when set."""
@@ -85,6 +89,8 @@ class Attempt:
             out["rerun"] = self.rerun
         if self.sent is False:
             out["sent"] = False
+        if self.work is not None:
+            out["work"] = dict(self.work)
         return out
 
     @classmethod
@@ -100,7 +106,7 @@ class Attempt:
 
 
 _COMMON: Final = ("kind", *(n for n in Attempt.__dataclass_fields__
-                            if n not in ("text", "error_code", "error_message", "rerun", "sent")))
+                            if n not in ("text", "error_code", "error_message", "rerun", "sent", "work")))
 """The keys of every attempt record (the fields of `Attempt` but those of one outcome, `rerun` and `sent`)."""
 _FIELDS: Final = {
     "delivered": frozenset((*_COMMON, "text")),
@@ -154,7 +160,14 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
         raise f.bad(f'outcome must be "delivered" or "error", found {outcome!r}')
     if outcome == "error" and "text" in record:
         raise f.bad("an error record must not carry text (it would look like an answer)")
-    f.keys(_FIELDS[outcome], ignore=CHAIN_KEYS | frozenset({"sent"} if outcome == "error" else ()))
+    f.keys(_FIELDS[outcome], ignore=CHAIN_KEYS | frozenset({"sent"} if outcome == "error" else ()) | {"work"})
+    work = "work" in record
+    if work:
+        if not isinstance(record["work"], Mapping):
+            raise f.bad("work must be an object")
+        AttemptWork.from_json(record["work"], path=path, line=line)
+        if record.get("http_status") is not None or record.get("response_raw") is not None or "sent" in record:
+            raise f.bad("a repository-task attempt (work) has no http_status, response_raw or sent")
     f.text("run_id")
     f.count("attempt", minimum=1)
     f.sha("request_sha256")
@@ -168,11 +181,12 @@ def validate_attempt(record: Any, line: int | None, *, path: str | None = None) 
     for key in ("provider_request_id", "model_snapshot", "finish_reason"):
         f.string(key, nullable=True)
     _check_usage_and_cost(f)
-    if outcome == "delivered":
+    if outcome == "delivered" and not work:
         if status is None or not 200 <= status < 300:
             raise f.bad("a delivered response needs a 2xx http_status")
         if record["response_raw"] is None:
             raise f.bad("a delivered record needs its response_raw")
+    if outcome == "delivered":
         f.string("text", nullable=True)
     else:
         if record["error_code"] not in ATTEMPT_ERROR_CODES:

@@ -23,6 +23,7 @@ from harness.meter.wire import WireLog
 from harness.providers.base import Exchange
 from harness.records.final import RunFinal
 from harness.records.run_event import RunEvent
+from harness.run.kinds import SuiteKind, kind_for
 from harness.run.layout import log_seed
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import (
@@ -99,6 +100,7 @@ class EngineCore:
         self.verifiers: dict[str, WarmVerifier] = {}
         suite_dir = os.path.dirname(d.packet_path)
         self.suite_dir = suite_dir
+        self.kind: SuiteKind = kind_for(suite_dir)  # how an attempt is carried out and scored (run/kinds/)
         self._private: Any = None
         self.transport: Transport | None = None
         self.signals = 0

@@ -118,7 +118,7 @@ class Finals(EngineCore):
         receipt = None
         if attempt["outcome"] == "delivered":
             try:
-                receipt = await asyncio.to_thread(self.verify, state)
+                receipt = await asyncio.to_thread(self.kind.verify, self, state)
             except (VerifierUnavailable, OSError) as exc:
                 self.stop(state.request.system, "harness", f"the verifier failed: {exc}")
                 return

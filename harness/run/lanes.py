@@ -73,6 +73,27 @@ class Lanes(Finals):
         return meter(exchange.parsed.usage, self.s.prices[system])
 
     async def attempt(self, state: CellState, lane: int) -> dict[str, Any] | None:
+        """Carry out the next attempt of the cell's current run as the suite's kind does (run/kinds/)."""
+        return await self.kind.attempt(self, state, lane)
+
+    def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> float | None:
+        """Admit an attempt and write its intent (a kind's own attempt); its start time, or None when refused."""
+        with self.lock:
+            if self.halted(r.system) or not self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
+                return None
+            self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
+                               attempt=number, reserve_usd=self.reserve)
+            return self.clock.now()
+
+    def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None:
+        """Append a kind's attempt record (its `ended` stamped now) and release its reserve."""
+        with self.lock:
+            ended = self.clock.now()
+            record.update(ended=max(ended, record["started"]), latency_s=max(ended, record["started"]) - record["started"])
+            self._append_attempt_locked(r, record, lane)
+            self.under_way[r.system] -= 1
+
+    async def request_attempt(self, state: CellState, lane: int) -> dict[str, Any] | None:
         """Send the next attempt of the cell's current run; its record, or None when none may start."""
         r, rerun, number = state.request, state.rerun, state.next_attempt()
         request = self.provider_request(r)

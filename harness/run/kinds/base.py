@@ -1,0 +1,55 @@
+"""What a suite kind is (`SuiteKind`) and what it may ask of the runner's engine (`KindHost`).
+
+The manual: docs/run.md ("Suite kinds").
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from harness.evidence.clock import Clock
+from harness.prereg.design import RunRules
+from harness.records.plan import PlanCell
+from harness.run.ledger import CellState
+from harness.run.setup import StageSetup
+
+__all__ = ["KindHost", "SuiteKind"]
+
+
+class KindHost(Protocol):
+    """The engine as a kind sees it (`harness.run.lanes.Lanes`)."""
+
+    s: StageSetup
+    suite_dir: str
+    rules: RunRules
+    clock: Clock
+
+    def private(self) -> Any: ...
+
+    async def request_attempt(self, state: CellState, lane: int) -> dict[str, Any] | None: ...
+
+    def verify(self, state: CellState) -> tuple[str, str, bool]: ...
+
+    def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> float | None: ...
+
+    def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None: ...
+
+
+class SuiteKind:
+    """How one attempt of a cell is carried out (`attempt`) and how a delivered one is scored (`verify`)."""
+
+    name: ClassVar[str]
+
+    def __init__(self, suite_dir: str) -> None:
+        self.suite_dir = suite_dir
+
+    async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
+        """Admit, carry out and record the cell's next attempt; its record, or None when none may start."""
+        raise NotImplementedError
+
+    def verify(self, host: KindHost, state: CellState) -> tuple[str, str, bool]:
+        """Judge the current run's delivered attempt and write its receipt: (name, sha256, passed).
+
+        Raises `harness.evals.verify_humaneval.VerifierUnavailable` (or OSError) when it cannot judge.
+        """
+        raise NotImplementedError

@@ -1,0 +1,329 @@
+"""The `repo_task` kind: one attempt is one run of the gated path on a fresh workspace.
+
+A fresh workspace is copied from the item's snapshot (checked against the packet's tree signature)
+into a temporary folder outside the results and committed as a git baseline; `init` pins the task
+file and seals its verifier and hidden tests (checked against the suite's private part); one
+`dispatch` runs the system's catalog worker in the sandbox under the attempt deadline, every model
+request through the metering proxy in front of the system's base URL; `verify` judges the tree on a
+fresh copy. The attempt's work folder in the stage folder keeps the diff, the gate's receipt (machine
+paths made portable) and the proxy's wire log; the attempt's cost is the metered sum of that wire.
+Its final's receipt (`proctor-task-receipt.v1`) carries the verdict.
+
+The manual: docs/run.md ("Suite kinds").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Final
+
+from harness.errors import Code, Refusal
+from harness.evals.suite import Packet, load_packet
+from harness.evals.verify_humaneval import VerifierUnavailable
+from harness.evidence.fsutil import atomic_write
+from harness.evidence.git import run_git
+from harness.evidence.jsonio import canonical_line, read_bytes, read_json, sha256_hex
+from harness.evidence.portable import machine_names, portable_value
+from harness.evidence.tree import tree_signature
+from harness.meter.cost import Cost, meter, total_cost
+from harness.meter.pricing import Price
+from harness.meter.wire import read_wire
+from harness.providers.catalog import BUNDLED_CATALOG
+from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_attempt
+from harness.records.plan import PlanCell
+from harness.records.usage import TokenUsage
+from harness.records.work import AttemptWork, TaskReceipt
+from harness.run.kinds.base import KindHost, SuiteKind
+from harness.run.layout import receipt_name
+from harness.run.ledger import CellState
+
+__all__ = ["RepoTaskKind", "WorkOrder", "carry_out", "tree_diff", "work_folder"]
+
+PROVIDER_FAILURE_EXIT: Final = 75
+"""A worker's exit when its provider failed (`harness.workers.llm_edit.EXIT_PROVIDER_FAILED`)."""
+_SKIP: Final = frozenset({".git", "__pycache__", ".pytest_cache"})
+
+
+def work_folder(run_id: str, rerun: int, attempt: int) -> str:
+    """The attempt's work folder, relative to the stage folder."""
+    return f"work/{run_id}.r{rerun}.a{attempt}"
+
+
+@dataclass(frozen=True)
+class WorkOrder:
+    """Everything one gated-path attempt needs, resolved by the kind before the work starts."""
+
+    cell: PlanCell
+    rerun: int
+    attempt: int
+    started: float
+    task_path: str
+    snapshot: str
+    snapshot_tree: str
+    catalog_path: str
+    upstream: str
+    price: Price | None
+    deadline_s: float
+    stage_folder: str
+
+
+def _files(root: str) -> dict[str, str]:
+    """Relative path -> absolute path of every file or link below `root` (caches and `.git` left out)."""
+    out: dict[str, str] = {}
+    for here, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP and not os.path.islink(os.path.join(here, d)))
+        links = [d for d in os.listdir(here) if os.path.islink(os.path.join(here, d))
+                 and os.path.isdir(os.path.join(here, d))]
+        for name in sorted({*names, *links}):
+            if name.endswith(".pyc"):
+                continue
+            path = os.path.join(here, name)
+            out[os.path.relpath(path, root).replace(os.sep, "/")] = path
+    return out
+
+
+def _content(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    if os.path.islink(path):
+        return b"link -> " + os.fsencode(os.readlink(path))
+    return read_bytes(path)
+
+
+def tree_diff(before: str, after: str) -> bytes:
+    """A unified diff from the folder `before` to `after` (text files by line, others by sha256)."""
+    a, b = _files(before), _files(after)
+    out: list[str] = []
+    for rel in sorted({*a, *b}):
+        old, new = _content(a.get(rel)), _content(b.get(rel))
+        if old == new:
+            continue
+        try:
+            old_text = None if old is None else old.decode("utf-8")
+            new_text = None if new is None else new.decode("utf-8")
+        except UnicodeDecodeError:
+            digest = [None if x is None else sha256_hex(x) for x in (old, new)]
+            out.append(f"Binary files a/{rel} and b/{rel} differ (sha256 {digest[0]} -> {digest[1]})\n")
+            continue
+        out.extend(difflib.unified_diff(
+            [] if old_text is None else old_text.splitlines(keepends=True),
+            [] if new_text is None else new_text.splitlines(keepends=True),
+            "/dev/null" if old is None else f"a/{rel}", "/dev/null" if new is None else f"b/{rel}"))
+        if out and not out[-1].endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return "".join(out).encode("utf-8")
+
+
+def _baseline(ws: str) -> None:
+    """Commit the fresh workspace as the baseline, in a git repository proctor made itself."""
+    who = {f"GIT_{role}_{what}": value for role in ("AUTHOR", "COMMITTER")
+           for what, value in (("NAME", "proctor runner"), ("EMAIL", "runner@proctor.invalid"))}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the item's snapshot"]):
+        run_git(args, git_dir=os.path.join(ws, ".git"), work_tree=ws, env=who).check_returncode()
+
+
+def _metered(wire: str | None, price: Price | None) -> tuple[Cost, TokenUsage | None, int, str | None, str | None]:
+    """(cost, tokens, exchanges, model snapshot, last error code) of a dispatch's wire log."""
+    if wire is None or not os.path.lexists(wire):
+        return Cost(0.0), TokenUsage(), 0, None, None
+    records = read_wire(wire)
+    cost = total_cost(meter(r.usage, price) for r in records) if records else Cost(0.0)
+    tokens: TokenUsage | None = TokenUsage()
+    for r in records:
+        tokens = None if tokens is None or r.usage is None else tokens + r.usage
+    snapshot = next((r.model_snapshot for r in reversed(records) if r.model_snapshot), None)
+    error = records[-1].error_code if records else None
+    return cost, tokens, len(records), snapshot, error
+
+
+def carry_out(order: WorkOrder) -> dict[str, Any]:
+    """Run one gated-path attempt (blocking) and return its attempt record (`ended` still to stamp).
+
+    Its work folder is written into the stage folder first. A set-up failure (the snapshot or task
+    changed, init refused, the worker could not start) is a `harness_error`; a worker whose provider
+    failed (exit 75) ends as the last request's provider error; a refusal of what the worker left
+    (a scope violation, a tampered state folder) is delivered, judged not passed.
+    """
+    from harness.gate.dispatch import dispatch
+    from harness.gate.initialize import init_workspace
+    from harness.gate.verify import verify
+
+    r = order.cell
+    folder = work_folder(r.run_id, order.rerun, order.attempt)
+    tmp = tempfile.mkdtemp(prefix="proctor-attempt-")
+    ws, state = os.path.join(tmp, "workspace"), os.path.join(tmp, "state")
+    names = {os.path.realpath(tmp): "<attempt>", tmp: "<attempt>", **machine_names()}
+    files: dict[str, bytes] = {}
+    wire: str | None = None
+    result: Any = None
+    refusal: str | None = None
+    passed: bool | None = None
+    error: tuple[str, str] | None = None
+    try:
+        try:
+            shutil.copytree(order.snapshot, ws, symlinks=True)
+            if tree_signature(ws).digest != order.snapshot_tree:
+                raise VerifierUnavailable(f"the snapshot of item {r.item} is not the packet's tree")
+            _baseline(ws)
+            init_workspace(ws, order.task_path, state)
+        except (Refusal, OSError, VerifierUnavailable) as exc:
+            error = ("harness_error", f"the workspace could not be set up: {exc}")
+        if error is None:
+            try:
+                result = dispatch(ws, order.task_path, state_dir=state, model=r.model,
+                                  catalog_path=order.catalog_path, upstream=order.upstream,
+                                  timeout_s=order.deadline_s, prompt_text=r.prompt)
+                wire = result.wire_log
+            except Refusal as exc:
+                if exc.code in (Code.STATE_TAMPERED, Code.GIT_DIR_CHANGED):
+                    refusal, passed = exc.code.value, False  # the worker's doing: judged, not passed
+                else:
+                    error = ("harness_error", f"the dispatch was refused: {exc.code.value}: {exc.message}")
+                found = [os.path.join(state, "dispatches", d, "wire.jsonl")
+                         for d in sorted(os.listdir(os.path.join(state, "dispatches")))] \
+                    if os.path.isdir(os.path.join(state, "dispatches")) else []
+                wire = next((w for w in found if os.path.lexists(w)), None)
+        cost, tokens, exchanges, snapshot, last_error = _metered(wire, order.price)
+        if wire is not None and os.path.lexists(wire):
+            files["wire.jsonl"] = read_bytes(wire)
+        provider_failed = result is not None and result.process.exit_code == PROVIDER_FAILURE_EXIT
+        if error is None and provider_failed:
+            code = last_error if last_error in PROVIDER_ERROR_CODES else "transport" if exchanges == 0 else "malformed_response"
+            error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); last request: {last_error}")
+        elif error is None and refusal is None:
+            try:
+                verdict = verify(ws, order.task_path, state)
+            except Refusal as exc:  # what the worker left cannot be verified: not passed
+                refusal, passed = exc.code.value, False
+            else:
+                passed = verdict.receipt.passed
+                files["verify.json"] = canonical_line(portable_value(verdict.receipt.to_json(), names))
+        if error is None:
+            files["diff.patch"] = tree_diff(order.snapshot, ws)
+        target = os.path.join(order.stage_folder, folder)
+        os.makedirs(target, exist_ok=True)
+        for name, data in sorted(files.items()):
+            atomic_write(os.path.join(target, name), data, mode=0o644)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    work = AttemptWork(
+        kind="repo-task-work.v1", folder=folder, dispatch_id=None if result is None else result.dispatch_id,
+        exit_code=None if result is None else result.process.exit_code,
+        timed_out=bool(result is not None and result.process.timed_out),
+        provider_failure=bool(result is not None and result.provider_failure), exchanges=exchanges,
+        files={name: sha256_hex(data) for name, data in sorted(files.items())}, passed=passed, refusal=refusal,
+    )
+    outcome: dict[str, Any] = ({"outcome": "delivered", "text": None} if error is None else
+                               {"outcome": "error", "error_code": error[0], "error_message": error[1]})
+    record = Attempt(
+        run_id=r.run_id, attempt=order.attempt, request_sha256=r.request_sha256, started=order.started,
+        ended=order.started, latency_s=0.0, http_status=None, response_raw=None, response_sha256=None,
+        provider_request_id=None, model_snapshot=snapshot, finish_reason=None,
+        tokens=None if tokens is None else tokens.to_json(), usage_unknown=tokens is None,
+        cost_usd="unknown" if cost.total is None else cost.total, cost_status=cost.status,
+        rerun=order.rerun, work=work.to_json(), **outcome,
+    ).to_json()
+    validate_attempt({k: v for k, v in record.items() if k != "rerun"}, None)
+    return record
+
+
+class RepoTaskKind(SuiteKind):
+    """One gated-path run per attempt; the receipt's verdict is the outcome."""
+
+    name = "repo_task"
+
+    def __init__(self, suite_dir: str) -> None:
+        super().__init__(suite_dir)
+        self.root = os.path.dirname(os.path.dirname(os.path.abspath(suite_dir)))  # task paths are relative to it
+        self._packet: Packet | None = None
+
+    def packet(self, host: KindHost) -> Packet:
+        if self._packet is None:
+            d = host.s.design
+            self._packet = load_packet(d.packet_path, d.packet_sha256)
+        return self._packet
+
+    def order(self, host: KindHost, r: PlanCell, rerun: int, number: int, started: float) -> WorkOrder:
+        """Resolve the item's snapshot, task file (checked against the private part) and the system's worker."""
+        from harness.gate.task import load_task
+
+        item = self.packet(host).get(r.item)
+        private = host.private()[r.item].record
+        if item.workspace is None or not isinstance(private.get("task"), str):
+            raise VerifierUnavailable(f"item {r.item} is not a repository task (no workspace or task file)")
+        task_path = os.path.join(self.root, private["task"])
+        task = load_task(task_path)
+        if task.sha256 != private.get("task_sha256"):
+            raise VerifierUnavailable(f"item {r.item}: the task file is not the one the suite sealed")
+        for h in private.get("hidden", []):
+            source = os.path.join(task.folder, h["from"])
+            if sha256_hex(read_bytes(source)) != h["sha256"]:
+                raise VerifierUnavailable(f"item {r.item}: hidden input {h['from']} is not the one the suite sealed")
+        frozen = host.s.frozen
+        catalog = str(BUNDLED_CATALOG) if frozen.catalog_sha256 is None else os.path.join(frozen.path, "catalog.toml")
+        return WorkOrder(
+            cell=r, rerun=rerun, attempt=number, started=started, task_path=task_path,
+            snapshot=os.path.join(self.root, item.workspace), snapshot_tree=str(item.metadata.get("workspace_tree")),
+            catalog_path=catalog, upstream=host.s.base_urls[r.system], price=host.s.prices[r.system],
+            deadline_s=host.rules.attempt_deadline_s, stage_folder=host.s.folder,
+        )
+
+    async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
+        r, rerun, number = state.request, state.rerun, state.next_attempt()
+        started = host.begin_attempt(r, rerun, number, lane)
+        if started is None:
+            return None
+        try:
+            order = self.order(host, r, rerun, number, started)
+        except (Refusal, OSError, VerifierUnavailable) as exc:
+            record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
+        else:
+            record = await asyncio.to_thread(carry_out, order)
+        host.end_attempt(r, lane, record)
+        return record
+
+    def verify(self, host: KindHost, state: CellState) -> tuple[str, str, bool]:
+        _, attempt, sha = state.current()[-1]
+        r = state.request
+        work = AttemptWork.from_json(attempt["work"])
+        folder = os.path.join(host.s.folder, work.folder)
+        for name, digest in work.files.items():
+            if sha256_hex(read_bytes(os.path.join(folder, name))) != digest:
+                raise VerifierUnavailable(f"{work.folder}/{name} is not the file its attempt recorded")
+        gate: dict[str, Any] = {}
+        if "verify.json" in work.files:
+            gate = read_json(os.path.join(folder, "verify.json")).value
+        private = host.private()[r.item].record
+        manifest = read_json(os.path.join(self.suite_dir, "SUITE.json")).value
+        receipt = TaskReceipt(
+            suite=host.s.design.suite_name, private_sha256=manifest.get("private_sha256"), item=r.item,
+            task_sha256=str(private.get("task_sha256")), run_id=r.run_id, rerun=state.rerun, attempt_sha256=sha,
+            passed=work.passed is True, refusal=work.refusal, work=work.folder, files=dict(work.files),
+            tree=gate.get("tree"), baseline_tree=gate.get("baseline_tree"), exit_code=gate.get("exit_code"),
+            timed_out=bool(gate.get("timed_out")), results=gate.get("results"),
+            suspicious_code=gate.get("suspicious_code"), tamper_detected=bool(gate.get("tamper_detected")),
+            verifier_nondiscriminating=bool(gate.get("verifier_nondiscriminating")), sandbox=gate.get("sandbox"),
+            at=host.clock.now(),
+        )
+        name = receipt_name(r.run_id, state.rerun)
+        data = canonical_line(receipt.to_json())
+        path = os.path.join(host.s.folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, data, mode=0o644)
+        return name, sha256_hex(data), receipt.passed
+
+
+def _harness_error(r: PlanCell, rerun: int, number: int, started: float, message: str) -> dict[str, Any]:
+    """An attempt that never reached the worker: no work, no spend."""
+    return Attempt(
+        run_id=r.run_id, attempt=number, request_sha256=r.request_sha256, outcome="error", started=started,
+        ended=started, latency_s=0.0, http_status=None, response_raw=None, response_sha256=None,
+        provider_request_id=None, model_snapshot=None, finish_reason=None, tokens=TokenUsage().to_json(),
+        usage_unknown=False, cost_usd=0.0, cost_status="metered", error_code="harness_error",
+        error_message=message, rerun=rerun,
+    ).to_json()
