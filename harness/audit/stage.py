@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.audit.oracle import Problem
+from harness.audit.oracle.work import work_paths
 from harness.audit.report import check_stage
 from harness.errors import Refusal
 from harness.evidence.chain_read import PROBLEM_KINDS, ChainStatus, verify_log
@@ -172,6 +173,7 @@ class StageCheck:
         anchors = records.get("anchors", [])
         manifests, outputs = self.check_anchors(anchors, records.get("run", []))
         receipts = self.check_receipts(records.get("finals", []))
+        self.covered.update(work_paths(self.folder, records.get("attempts", [])))  # the oracle's rule `work`
         adir = os.path.join(self.folder, "archive")
         if os.path.isdir(adir):  # the oracle requires each to be a final's byte copy
             self.covered.update(os.path.join(adir, n) for n in os.listdir(adir))

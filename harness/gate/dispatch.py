@@ -175,7 +175,7 @@ def dispatch(
     catalog_path: str | None = None,
     pricing_path: str | None = None,
     sandbox: str | None = None,
-    upstream: str | None = None,
+    upstream_url: str | None = None,
     timeout_s: float | None = None,
     prompt_text: str | None = None,
 ) -> DispatchResult:
@@ -184,7 +184,7 @@ def dispatch(
     Returns the dispatch's end record. On stagnation the lane switches first
     and the worker gets an evidence packet (`harness.gate.escalation`).
     `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
-    The study runner's seams (a repository-task attempt, docs/run.md): `upstream` replaces the
+    The study runner's seams (a repository-task attempt, docs/run.md): `upstream_url` replaces the
     model's base URL behind the metering proxy, `timeout_s` shortens the task's `timeout_s` (the
     attempt's deadline), `prompt_text` replaces the task's prompt (the plan's prompt for the arm).
     """
@@ -247,7 +247,7 @@ def dispatch(
                 python=sys.executable,
             )
             network = choice.model.worker.network
-            upstream = upstream or choice.model.effective_base_url()
+            upstream = upstream_url or choice.model.effective_base_url()
             wire_name = f"{gate.task.task_id}/{dispatch_id}"
             proxied: AbstractContextManager[dict[str, Any]] = (
                 metering_proxy(upstream, os.path.join(folder, "wire.jsonl"), wire_name, unix=sandboxed)

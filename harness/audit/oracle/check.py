@@ -26,6 +26,7 @@ from harness.audit.oracle.shapes import (
     final_problem,
 )
 from harness.audit.oracle.spend import SpendRules
+from harness.audit.oracle.work import WorkRules
 from harness.errors import Refusal
 from harness.evidence.chain_read import verify_log
 from harness.evidence.jsonio import read_bytes, sha256_hex
@@ -40,7 +41,8 @@ __all__ = ["Check", "run_problems"]
 PathArg = str | os.PathLike[str]
 
 
-class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, IntentRules, HaltRules, AnchorRules):
+class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, IntentRules, HaltRules, AnchorRules,
+            WorkRules):
     """Every rule family over one stage folder."""
 
     def _log(self, name: str) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
@@ -127,7 +129,10 @@ class Check(AttemptRules, FinalRules, LaneRules, SpendRules, AdmissionRules, Int
         self.rules = self._rules(plan.requests)
         self.check_attempts(logs["attempts"])
         self.check_run_log()
-        self.check_finals(self._shaped("finals", logs["finals"][0], final_problem))
+        self.check_work()
+        finals = self._shaped("finals", logs["finals"][0], final_problem)
+        self.check_finals(finals)
+        self.check_work_verdicts(finals)
         self.check_archives()
         self.check_lanes()
         self.check_spend()

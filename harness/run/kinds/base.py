@@ -13,22 +13,27 @@ from harness.records.plan import PlanCell
 from harness.run.ledger import CellState
 from harness.run.setup import StageSetup
 
-__all__ = ["KindHost", "SuiteKind"]
+__all__ = ["KindHost", "SuiteKind", "VerifyHost"]
 
 
-class KindHost(Protocol):
-    """The engine as a kind sees it (`harness.run.lanes.Lanes`)."""
+class VerifyHost(Protocol):
+    """The engine as a kind's `verify` sees it (`harness.run.finals.Finals`)."""
 
     s: StageSetup
     suite_dir: str
-    rules: RunRules
     clock: Clock
 
     def private(self) -> Any: ...
 
-    async def request_attempt(self, state: CellState, lane: int) -> dict[str, Any] | None: ...
-
     def verify(self, state: CellState) -> tuple[str, str, bool]: ...
+
+
+class KindHost(VerifyHost, Protocol):
+    """The engine as a kind's `attempt` sees it (`harness.run.lanes.Lanes`)."""
+
+    rules: RunRules
+
+    async def request_attempt(self, state: CellState, lane: int) -> dict[str, Any] | None: ...
 
     def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> float | None: ...
 
@@ -47,7 +52,7 @@ class SuiteKind:
         """Admit, carry out and record the cell's next attempt; its record, or None when none may start."""
         raise NotImplementedError
 
-    def verify(self, host: KindHost, state: CellState) -> tuple[str, str, bool]:
+    def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         """Judge the current run's delivered attempt and write its receipt: (name, sha256, passed).
 
         Raises `harness.evals.verify_humaneval.VerifierUnavailable` (or OSError) when it cannot judge.

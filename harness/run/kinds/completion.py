@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.run.kinds.base import KindHost, SuiteKind
+from harness.run.kinds.base import KindHost, SuiteKind, VerifyHost
 from harness.run.ledger import CellState
 
 __all__ = ["CompletionKind"]
@@ -22,5 +22,5 @@ class CompletionKind(SuiteKind):
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         return await host.request_attempt(state, lane)
 
-    def verify(self, host: KindHost, state: CellState) -> tuple[str, str, bool]:
+    def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         return host.verify(state)

@@ -38,7 +38,7 @@ from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_atte
 from harness.records.plan import PlanCell
 from harness.records.usage import TokenUsage
 from harness.records.work import AttemptWork, TaskReceipt
-from harness.run.kinds.base import KindHost, SuiteKind
+from harness.run.kinds.base import KindHost, SuiteKind, VerifyHost
 from harness.run.layout import receipt_name
 from harness.run.ledger import CellState
 
@@ -176,7 +176,7 @@ def carry_out(order: WorkOrder) -> dict[str, Any]:
         if error is None:
             try:
                 result = dispatch(ws, order.task_path, state_dir=state, model=r.model,
-                                  catalog_path=order.catalog_path, upstream=order.upstream,
+                                  catalog_path=order.catalog_path, upstream_url=order.upstream,
                                   timeout_s=order.deadline_s, prompt_text=r.prompt)
                 wire = result.wire_log
             except Refusal as exc:
@@ -287,7 +287,7 @@ class RepoTaskKind(SuiteKind):
         host.end_attempt(r, lane, record)
         return record
 
-    def verify(self, host: KindHost, state: CellState) -> tuple[str, str, bool]:
+    def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         _, attempt, sha = state.current()[-1]
         r = state.request
         work = AttemptWork.from_json(attempt["work"])

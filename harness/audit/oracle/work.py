@@ -1,0 +1,96 @@
+"""Repository-task attempts' work (`work`): each work folder file is the one its attempt recorded, the
+wire log verifies and holds the attempt's exchanges, its metered sum is the attempt's cost (spend
+conserved across many requests per attempt), and the final's verdict is the work's.
+
+The manual: docs/oracle.md.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from harness.audit.oracle.base import CheckBase, close, file_bytes
+from harness.errors import Refusal
+from harness.evidence.jsonio import sha256_hex
+from harness.meter.cost import meter, total_cost
+from harness.meter.pricing import Price
+from harness.meter.wire import read_wire
+from harness.records.work import AttemptWork
+
+__all__ = ["WorkRules", "work_paths"]
+
+
+def work_paths(folder: str, attempts: list[dict[str, Any]]) -> list[str]:
+    """The work folder files the attempts name (what this rule family checks), as absolute paths."""
+    out: list[str] = []
+    for rec in attempts:
+        work = rec.get("work")
+        if isinstance(work, dict) and isinstance(work.get("folder"), str) and isinstance(work.get("files"), dict):
+            out.extend(os.path.join(folder, work["folder"], str(n)) for n in work["files"])
+    return out
+
+
+class WorkRules(CheckBase):
+    """Repository-task attempts' work folders, wire logs, metered cost and verdicts: rule `work`."""
+
+    def _prices(self) -> dict[str, Price | None] | None:
+        """Each system's price under the preregistration's pricing, or None without a preregistration."""
+        if self.prereg is None or "pricing" not in self.rules.manifests:
+            return None
+        from harness.meter.pricing import load_pricing
+        from harness.prereg.frozen import check_frozen
+
+        pricing = load_pricing(self.rules.manifests["pricing"])
+        return {s.slot: pricing.get(s.pricing_key) for s in check_frozen(self.prereg).design.systems}
+
+    def check_work(self) -> None:
+        prices = self._prices()
+        self.work_verdicts: dict[int, bool | None] = {}
+        for line, (rec, _) in self.by_line.items():
+            if "work" not in rec:
+                continue
+            try:
+                work = AttemptWork.from_json(rec["work"], line=line)
+            except Refusal as exc:  # validate_run_attempt read it already; kept for a direct caller
+                self.p("attempts.jsonl", line, "work", exc.message)
+                continue
+            self.work_verdicts[line] = work.passed
+            where = os.path.join(self.folder, work.folder)
+            for name, digest in sorted(work.files.items()):
+                data = file_bytes(os.path.join(where, name))
+                if data is None or sha256_hex(data) != digest:
+                    self.p(f"{work.folder}/{name}", None, "work", f"missing, or not the file attempts.jsonl line "
+                           f"{line} recorded (sha256 {digest[:16]})")
+            if "wire.jsonl" not in work.files:
+                if work.exchanges != 0 or (rec["cost_usd"] != "unknown" and rec["cost_usd"] != 0):
+                    self.p("attempts.jsonl", line, "work", "an attempt without a wire log must have no exchanges "
+                           "and cost 0")
+                continue
+            try:
+                wire = read_wire(os.path.join(where, "wire.jsonl"))
+            except (Refusal, OSError) as exc:
+                self.p(f"{work.folder}/wire.jsonl", None, "work", f"the wire log does not verify: {exc}")
+                continue
+            if len(wire) != work.exchanges:
+                self.p("attempts.jsonl", line, "work", f"{work.exchanges} exchanges recorded, the wire log holds "
+                       f"{len(wire)}")
+            if prices is None:
+                continue
+            system = self.requests[rec["run_id"]].system
+            metered = total_cost(meter(w.usage, prices.get(system)) for w in wire)
+            cost = rec["cost_usd"]
+            if (metered.total is None) != (cost == "unknown") or (
+                    metered.total is not None and not close(float(cost), metered.total)):
+                self.p("attempts.jsonl", line, "work", f"cost_usd {cost!r} is not the metered sum of its wire log "
+                       f"({'unknown' if metered.total is None else metered.total})")
+
+    def check_work_verdicts(self, records: list[tuple[int, dict[str, Any]]]) -> None:
+        """A delivered final of a work attempt carries the work's verdict."""
+        for line, rec in records:
+            n = rec.get("attempt_line")
+            if rec.get("class") != "delivered" or not isinstance(n, int) or n not in self.work_verdicts:
+                continue
+            if rec.get("passed") is not (self.work_verdicts[n] is True):
+                self.p("finals.jsonl", line, "work", f"passed {rec.get('passed')!r} is not the work's verdict "
+                       f"{self.work_verdicts[n]!r}")
