@@ -19,6 +19,7 @@ import difflib
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,6 +48,10 @@ __all__ = ["RepoTaskKind", "WorkOrder", "carry_out", "tree_diff", "work_folder"]
 PROVIDER_FAILURE_EXIT: Final = 75
 """A worker's exit when its provider failed (`harness.workers.llm_edit.EXIT_PROVIDER_FAILED`)."""
 _SKIP: Final = frozenset({".git", "__pycache__", ".pytest_cache"})
+_ONE_AT_A_TIME: Final = threading.Lock()
+"""One gated-path attempt at a time per runner process: `harness.workers.process.run_group` kills every new
+descendant of the process that is still alive when its child ends (a worker's escaped processes), which
+would include a concurrent attempt's worker, verifier or git. Lanes still interleave; attempts queue here."""
 
 
 def work_folder(run_id: str, rerun: int, attempt: int) -> str:
@@ -142,13 +147,19 @@ def _metered(wire: str | None, price: Price | None) -> tuple[Cost, TokenUsage | 
 
 
 def carry_out(order: WorkOrder) -> dict[str, Any]:
-    """Run one gated-path attempt (blocking) and return its attempt record (`ended` still to stamp).
+    """Run one gated-path attempt (blocking; one at a time per process) and return its attempt record
+    (`ended` still to stamp).
 
     Its work folder is written into the stage folder first. A set-up failure (the snapshot or task
     changed, init refused, the worker could not start) is a `harness_error`; a worker whose provider
     failed (exit 75) ends as the last request's provider error; a refusal of what the worker left
     (a scope violation, a tampered state folder) is delivered, judged not passed.
     """
+    with _ONE_AT_A_TIME:
+        return _carry_out(order)
+
+
+def _carry_out(order: WorkOrder) -> dict[str, Any]:
     from harness.gate.dispatch import dispatch
     from harness.gate.initialize import init_workspace
     from harness.gate.verify import verify
@@ -306,7 +317,8 @@ class RepoTaskKind(SuiteKind):
             passed=work.passed is True, refusal=work.refusal, work=work.folder, files=dict(work.files),
             tree=gate.get("tree"), baseline_tree=gate.get("baseline_tree"), exit_code=gate.get("exit_code"),
             timed_out=bool(gate.get("timed_out")), results=gate.get("results"),
-            suspicious_code=gate.get("suspicious_code"), tamper_detected=bool(gate.get("tamper_detected")),
+            suspicious_code=gate.get(Code.SUSPICIOUS_CODE.value),
+            tamper_detected=bool(gate.get(Code.TAMPER_DETECTED.value)),
             verifier_nondiscriminating=bool(gate.get("verifier_nondiscriminating")), sandbox=gate.get("sandbox"),
             at=host.clock.now(),
         )

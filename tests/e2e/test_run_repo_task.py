@@ -1,0 +1,155 @@
+"""A `repo_task` suite through the interleaved runner (issue 17 items 1 and 2): each attempt is one run of the
+gated path (a fresh git workspace from the item's snapshot, init, one sandboxed dispatch of the catalog's
+`llm-edit` worker through the metering proxy, verify on a fresh copy), against a real simulator over
+loopback HTTP that answers the bundled tasks (evals/tasks) with their fix or the unchanged files.
+
+Then the report, the oracle (`work`: files, wire, metered cost, verdict), the audit, the analysis, and a
+real `kill -9` of `proctor run` while an attempt's worker runs, resumed with the same command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.audit.audit import audit_results
+from harness.audit.oracle.check import run_problems
+from harness.audit.report import build_report
+from harness.evidence.chain_read import read_log
+from harness.evidence.portable import machine_paths
+from harness.meter.cost import meter, total_cost
+from harness.meter.pricing import BUNDLED_PRICING, load_pricing
+from harness.meter.wire import read_wire
+from harness.run.layout import log_seed
+from harness.run.runner import run_stage
+from tests.support.paths import REPO
+from tests.support.repo_study import repo_prereg
+from tests.support.sim import SimServer, sim_systems
+from tests.support.study import run_argv, runner_env, wait_in_flight
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
+
+
+def _logs(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    return {name: read_log(folder / f"{name}.jsonl", log_seed("rt", "A", name))
+            for name in ("attempts", "finals", "run") if (folder / f"{name}.jsonl").exists()}
+
+
+def _urls(url: str) -> dict[str, str]:
+    return {"sim-flash": url, "sim-k3": url}
+
+
+def test_a_repo_task_stage_runs_through_the_gated_path_and_checks_whole(tmp_path: Path, sim_server: SimServer) -> None:
+    # cheap never answers with the fix, strong always does: the verdicts are the gate's, not luck
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 0.0, "sim-k3": 1.0}), seed=3)
+    prereg = repo_prereg(tmp_path)
+    results = tmp_path / "results"
+    summary = run_stage(prereg, "A", results, base_urls=_urls(url))
+    assert summary.exit_code == 0 and summary.complete, summary.stops
+    folder = results / "rt" / "A"
+    logs = _logs(folder)
+    assert len(logs["attempts"]) == len(logs["finals"]) == 8
+    plan = {json.loads(line)["run_id"]: json.loads(line) for line in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    price = load_pricing(BUNDLED_PRICING)
+    for attempt in logs["attempts"]:
+        assert attempt["outcome"] == "delivered" and attempt["http_status"] is None
+        work = attempt["work"]
+        assert work["exchanges"] == 1 and set(work["files"]) == {"diff.patch", "verify.json", "wire.jsonl"}
+        wire = read_wire(folder / work["folder"] / "wire.jsonl")
+        system = plan[attempt["run_id"]]["system"]
+        metered = total_cost(meter(w.usage, price.get("sim-flash" if system == "cheap" else "sim-k3")) for w in wire)
+        assert attempt["cost_usd"] == metered.total and metered.total > 0  # the worker's wire, metered
+        # the worker got the plan's prompt for the arm, and its model id is the system's
+        assert json.loads(wire[0].request_body)["model"] == ("sim-flash" if system == "cheap" else "sim-k3")
+    by_run = {f["run_id"]: f for f in logs["finals"]}
+    for rid, final in by_run.items():
+        receipt = json.loads((folder / final["receipt"]).read_text())
+        assert receipt["schema"] == "proctor-task-receipt.v1" and receipt["passed"] is final["passed"]
+        assert receipt["attempt_sha256"] == final["attempt_sha256"] and receipt["sandbox"]["kind"] == "bwrap"
+        diff = (folder / receipt["work"] / "diff.patch").read_text()
+        if plan[rid]["system"] == "strong":
+            assert final["passed"] is True and receipt["results"]["ok"] is True
+            assert diff.startswith("--- a/") and "+++ b/" in diff  # the fix, archived as a diff
+        else:
+            assert final["passed"] is False and diff == ""  # the unchanged files: nothing to archive
+    report = build_report(folder, prereg_dir=prereg)
+    assert report.summary["problems"] == 0 and report.summary["passed"] == 4
+    scored = {s: report.frame.filter(report.frame["system"] == s)["passed"].to_list() for s in ("cheap", "strong")}
+    assert scored == {"cheap": [False] * 4, "strong": [True] * 4}
+    assert run_problems(folder, prereg_dir=prereg) == []
+    audit = audit_results(results / "rt", prereg=prereg)
+    assert audit.ok, audit.to_json()
+    assert not any("no check covers" in w for w in audit.weaker), audit.weaker
+    assert machine_paths(results, extra=[str(tmp_path)]) == ()
+
+    # the oracle checks repo-task attempts as strictly as completions: a changed diff, a cost that is not the
+    # wire's metered sum, and a final whose verdict is not the work's are each named
+    work = folder / logs["attempts"][0]["work"]["folder"]
+    original = (work / "diff.patch").read_bytes()
+    (work / "diff.patch").write_bytes(original + b"\n")
+    assert {p.rule for p in run_problems(folder, prereg_dir=prereg)} == {"work"}
+    (work / "diff.patch").write_bytes(original)
+    assert run_problems(folder, prereg_dir=prereg) == []
+
+
+def test_a_wrong_cost_or_verdict_is_named_by_the_oracle(tmp_path: Path, sim_server: SimServer) -> None:
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 1.0, "sim-k3": 1.0}), seed=5)
+    prereg = repo_prereg(tmp_path, items=1)
+    results = tmp_path / "results"
+    assert run_stage(prereg, "A", results, base_urls=_urls(url)).exit_code == 0
+    folder = results / "rt" / "A"
+    for field, value in (("cost_usd", 0.5), ("passed", False)):
+        copy = tmp_path / f"copy-{field}"
+        shutil.copytree(folder, copy)
+        _rewrite_chain(copy, "attempts" if field == "cost_usd" else "finals", field, value)
+        rules = {p.rule for p in run_problems(copy, prereg_dir=prereg)}
+        assert "work" in rules, (field, rules)
+
+
+def _rewrite_chain(folder: Path, log: str, field: str, value: Any) -> None:
+    """Rewrite every record's `field` and recompute the whole chain (a forger with the seed), so only the
+    rules, never the chain, can tell."""
+    from harness.evidence.chain import ChainedLog
+
+    path = folder / f"{log}.jsonl"
+    records = read_log(path, log_seed("rt", "A", log))
+    path.unlink()
+    out = ChainedLog(str(path), log_seed("rt", "A", log))
+    for rec in records:
+        body = {k: v for k, v in rec.items() if k not in ("prev", "seed")}
+        body[field] = value
+        out.append(body)
+
+
+def test_kill_9_while_a_worker_runs_resumes_without_loss(tmp_path: Path, sim_server: SimServer) -> None:
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 1.0, "sim-k3": 1.0}), seed=7)
+    prereg = repo_prereg(tmp_path, items=2)
+    results = tmp_path / "results"
+    folder = results / "rt" / "A"
+    env = {**runner_env(url), "PROCTOR_SIM_URL": url}
+    argv = run_argv(prereg, results)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    wait_in_flight(folder, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    before = _logs(folder)
+    lost = [e for e in before["run"] if e["event"] == "intent"]
+    assert len(lost) > len(before["attempts"])  # an attempt under way when killed
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    after = _logs(folder)
+    codes = [a.get("error_code") for a in after["attempts"]]
+    assert "runner_lost" in codes
+    # the lost attempt costs the reserve; every other attempt's cost is its wire's
+    assert all(a["cost_usd"] == "unknown" for a in after["attempts"] if a.get("error_code") == "runner_lost")
+    assert sum(1 for f in after["finals"] if f["action"] == "stand") == 4
+    assert run_problems(folder, prereg_dir=prereg) == []
+    assert audit_results(results / "rt", prereg=prereg).ok
