@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated
 
 def _logs(folder: Path) -> dict[str, list[dict[str, Any]]]:
     return {name: read_log(folder / f"{name}.jsonl", log_seed("rt", "A", name))
-            for name in ("attempts", "finals", "run") if (folder / f"{name}.jsonl").exists()}
+            if (folder / f"{name}.jsonl").exists() else [] for name in ("attempts", "finals", "run")}
 
 
 def _urls(url: str) -> dict[str, str]:
@@ -138,6 +139,7 @@ def test_kill_9_while_a_worker_runs_resumes_without_loss(tmp_path: Path, sim_ser
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     wait_in_flight(folder, proc)
+    time.sleep(1.0)  # into the attempt's set-up or its worker (an attempt here takes seconds)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     before = _logs(folder)
