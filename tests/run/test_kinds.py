@@ -1,0 +1,125 @@
+"""Suite kinds (harness/run/kinds/): the registry by SUITE.json's `kind`, the repo_task kind's diff and
+set-up refusal, and the attempt record's `work` (strict; a completion record is unchanged)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import Code, Refusal
+from harness.evals.suite import load_packet
+from harness.records.attempt import Attempt, validate_attempt
+from harness.records.plan import PlanCell
+from harness.run.kinds import KINDS, kind_for
+from harness.run.kinds.completion import CompletionKind
+from harness.run.kinds.repo_task import RepoTaskKind, WorkOrder, carry_out, tree_diff, work_folder
+from tests.support.paths import HUMANEVAL, REPO
+
+TASKS_SUITE = REPO / "evals" / "tasks-suite"
+
+
+def test_the_kind_comes_from_suite_json_and_no_suite_is_named() -> None:
+    assert set(KINDS) == {"completion", "repo_task"}
+    assert isinstance(kind_for(str(HUMANEVAL)), CompletionKind)  # written before kinds: no `kind`
+    assert isinstance(kind_for(str(TASKS_SUITE)), RepoTaskKind)
+    assert json.loads((TASKS_SUITE / "SUITE.json").read_text())["kind"] == "repo_task"
+
+
+def test_a_packet_without_a_manifest_is_a_completion_suite_and_an_unknown_kind_is_refused(tmp_path: Path) -> None:
+    assert isinstance(kind_for(str(tmp_path)), CompletionKind)
+    suite = tmp_path / "suite"
+    shutil.copytree(TASKS_SUITE, suite)
+    manifest = json.loads((suite / "SUITE.json").read_text())
+    (suite / "SUITE.json").write_text(json.dumps({**manifest, "kind": "essay"}))
+    with pytest.raises(Refusal) as caught:
+        kind_for(str(suite))
+    assert caught.value.code == Code.SUITE_INVALID and "essay" in caught.value.message
+
+
+def test_tree_diff_shows_changed_added_and_removed_files_and_nothing_for_an_unchanged_tree(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root in (a, b):
+        (root / "pkg").mkdir(parents=True)
+        (root / "pkg" / "same.py").write_text("x = 1\n")
+        (root / ".git").mkdir()
+        (root / ".git" / "HEAD").write_text(root.name)  # never part of the diff
+    assert tree_diff(str(a), str(b)) == b""
+    (a / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (b / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    (b / "pkg" / "new.py").write_text("y = 2")
+    (a / "gone.txt").write_text("bye\n")
+    (b / "blob.bin").write_bytes(b"\xff\x00")
+    (b / "pkg" / "__pycache__").mkdir()
+    (b / "pkg" / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"\x00")
+    diff = tree_diff(str(a), str(b)).decode()
+    assert "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n" in diff and "-    return 1\n+    return 2\n" in diff
+    assert "--- /dev/null\n+++ b/pkg/new.py\n" in diff and "\\ No newline at end of file" in diff
+    assert "--- a/gone.txt\n+++ /dev/null\n" in diff and "-bye\n" in diff
+    assert "Binary files a/blob.bin and b/blob.bin differ" in diff
+    assert "__pycache__" not in diff and ".git" not in diff and "same.py" not in diff
+
+
+def _cell() -> PlanCell:
+    item = load_packet(TASKS_SUITE / "packet.jsonl").items[0]
+    return PlanCell(run_id="r-00000000000000000001", study="rt", stage="A", system="cheap", provider="sim",
+                    model="sim-flash", api_model="sim-flash", api_shape="openai_chat", setting="default",
+                    item=item.item, arm="edit", repeat=1, lane=0, lane_position=0, arm_position=0,
+                    prompt=item.prompt, prompt_sha256="0" * 64, request_body="{}", request_sha256="1" * 64)
+
+
+def test_a_snapshot_that_is_not_the_packets_tree_is_a_harness_error_before_any_worker(tmp_path: Path) -> None:
+    item = load_packet(TASKS_SUITE / "packet.jsonl").items[0]
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(REPO / str(item.workspace), snapshot)
+    (snapshot / "planted.py").write_text("import os\n")  # the item's snapshot changed after the suite was sealed
+    private = json.loads((TASKS_SUITE / "private" / "items.jsonl").read_text().splitlines()[0])
+    order = WorkOrder(cell=_cell(), rerun=0, attempt=1, started=1.0, task_path=str(REPO / private["task"]),
+                      snapshot=str(snapshot), snapshot_tree=str(item.metadata["workspace_tree"]),
+                      catalog_path="unused", upstream="http://127.0.0.1:9/v1", price=None, deadline_s=5.0,
+                      stage_folder=str(tmp_path / "stage"))
+    record = carry_out(order)
+    assert record["outcome"] == "error" and record["error_code"] == "harness_error"
+    assert "not the packet's tree" in record["error_message"]
+    assert record["cost_usd"] == 0 and record["work"]["exchanges"] == 0 and record["work"]["files"] == {}
+    assert record["work"]["folder"] == work_folder("r-00000000000000000001", 0, 1)
+    validate_attempt({k: v for k, v in record.items() if k != "rerun"}, None)
+
+
+def _work_record(**change: Any) -> dict[str, Any]:
+    work = {"kind": "repo-task-work.v1", "folder": "work/r-1.r0.a1", "dispatch_id": "d001-00000000", "exit_code": 0,
+            "timed_out": False, "provider_failure": False, "exchanges": 1, "files": {"diff.patch": "a" * 64},
+            "passed": True, "refusal": None}
+    record = Attempt(run_id="r-1", attempt=1, request_sha256="1" * 64, outcome="delivered", started=1.0, ended=2.0,
+                     latency_s=1.0, http_status=None, response_raw=None, response_sha256=None,
+                     provider_request_id=None, model_snapshot=None, finish_reason=None,
+                     tokens={"input": 1, "cached_input": 0, "cache_write": 0, "output": 1, "reasoning": 0},
+                     usage_unknown=False, cost_usd=0.001, cost_status="metered", text=None, work=work).to_json()
+    for key, value in change.items():
+        if key.startswith("work."):
+            record["work"][key[5:]] = value
+        else:
+            record[key] = value
+    return record
+
+
+def test_a_work_attempt_is_read_strictly_and_a_completion_attempt_has_no_work() -> None:
+    validate_attempt(_work_record(), None)
+    for bad in ({"http_status": 200}, {"work.files": {"notes.txt": "a" * 64}}, {"work.folder": "../elsewhere"},
+                {"work.exchanges": "one"}, {"work.extra": 1}, {"work": []}):
+        with pytest.raises(Refusal) as caught:
+            validate_attempt(_work_record(**bad), 1)
+        assert caught.value.code == Code.ATTEMPT_INVALID, bad
+    # without work a delivered record still needs its HTTP response, as before kinds
+    plain = _work_record()
+    del plain["work"]
+    with pytest.raises(Refusal, match="2xx"):
+        validate_attempt(plain, 1)
+    completion = Attempt(run_id="r-1", attempt=1, request_sha256="1" * 64, outcome="delivered", started=1.0,
+                         ended=2.0, latency_s=1.0, http_status=200, response_raw="{}", response_sha256=None,
+                         provider_request_id=None, model_snapshot=None, finish_reason=None, tokens=None,
+                         usage_unknown=True, cost_usd="unknown", cost_status="usage_unknown", text="x").to_json()
+    assert "work" not in completion
