@@ -108,8 +108,9 @@ def _work_record(**change: Any) -> dict[str, Any]:
 
 def test_a_work_attempt_is_read_strictly_and_a_completion_attempt_has_no_work() -> None:
     validate_attempt(_work_record(), None)
-    for bad in ({"http_status": 200}, {"work.files": {"notes.txt": "a" * 64}}, {"work.folder": "../elsewhere"},
-                {"work.exchanges": "one"}, {"work.extra": 1}, {"work": []}):
+    bads: tuple[dict[str, Any], ...] = ({"http_status": 200}, {"work.files": {"notes.txt": "a" * 64}}, {"work.folder": "../elsewhere"},
+                                         {"work.exchanges": "one"}, {"work.extra": 1}, {"work": []})
+    for bad in bads:
         with pytest.raises(Refusal) as caught:
             validate_attempt(_work_record(**bad), 1)
         assert caught.value.code == Code.ATTEMPT_INVALID, bad
