@@ -30,6 +30,7 @@ from harness.meter.pricing import BUNDLED_PRICING, load_pricing
 from harness.meter.wire import read_wire
 from harness.run.layout import log_seed
 from harness.run.runner import run_stage
+from tests.support.cli import run_proctor
 from tests.support.paths import REPO
 from tests.support.repo_study import repo_prereg
 from tests.support.sim import SimServer, sim_systems
@@ -154,4 +155,12 @@ def test_kill_9_while_a_worker_runs_resumes_without_loss(tmp_path: Path, sim_ser
     assert all(a["cost_usd"] == "unknown" for a in after["attempts"] if a.get("error_code") == "runner_lost")
     assert sum(1 for f in after["finals"] if f["action"] == "stand") == 4
     assert run_problems(folder, prereg_dir=prereg) == []
-    assert audit_results(results / "rt", prereg=prereg).ok
+    # then the study's commands, as an operator runs them: the report, the analysis, the audit
+    report = run_proctor("report", "--prereg", str(prereg), str(folder))
+    assert report.code == 0 and report.out["passed"] == 4, report.out
+    analysis = run_proctor("analyze", "--prereg", str(prereg), str(results / "rt"), timeout=600)
+    assert analysis.code == 0, analysis.out
+    q = (results / "rt" / "analysis" / "tables" / "q.csv").read_text()
+    assert "cheap" in q and "strong" in q
+    audit = run_proctor("audit", "--prereg", str(prereg), str(results / "rt"))
+    assert audit.code == 0 and audit.out["ok"] is True, audit.out
