@@ -233,6 +233,7 @@ class Code(StrEnum):
     SUITE_SOURCE_MISMATCH = "suite_source_mismatch"
     SUITE_ITEM_UNKNOWN = "suite_item_unknown"
     SUITE_ITEM_UNVERIFIABLE = "suite_item_unverifiable"
+    SUITE_ITEM_CHANGED = "suite_item_changed"
 
     # design: the study design is invalid
     DESIGN_INVALID = "design_invalid"

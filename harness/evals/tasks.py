@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
-from harness.errors import Code, EvalRefusal
+from harness.errors import Code, EvalRefusal, GateRefusal
+from harness.evals.suite import load_suite
 from harness.evals.write import write_suite
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import tree_signature
 from harness.gate.task import load_task
 
-__all__ = ["build_tasks"]
+__all__ = ["build_tasks", "check_task_suite"]
 
 SUITE_VERSION: Final = 1
 
@@ -96,3 +97,43 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
         packet=packet,
         private=private,
     )
+
+
+def check_task_suite(suite_dir: str | os.PathLike[str]) -> int:
+    """Check every item of a `repo_task` suite as the runner will use it; the number of items checked.
+
+    Refuses, naming the item: `suite_item_changed` (its snapshot folder is missing or not the packet's
+    `workspace_tree`, its task file is not the sealed `task_sha256`, or a hidden test is not the sealed
+    sha256 or is missing), `hidden_input_inside_workspace` (a hidden test lies in the snapshot, where
+    a worker would read it), and the suite's own refusals (`load_suite`). `prereg check` and `freeze`
+    call it for a repo_task suite, so a study is refused before its freeze (docs/evals.md).
+    """
+    folder = os.path.abspath(os.fspath(suite_dir))
+    suite = load_suite(folder)
+    root = os.path.dirname(os.path.dirname(folder))
+
+    def changed(item: str, what: str, path: str) -> EvalRefusal:
+        return EvalRefusal(Code.SUITE_ITEM_CHANGED, f"item {item!r}: {what}", path, item=item)
+
+    for item in suite.packet:
+        record = suite.private[item.item].record
+        if item.workspace is None or not isinstance(record.get("task"), str):
+            raise changed(item.item, "not a repository task (no workspace or task file)", folder)
+        snapshot = os.path.join(root, item.workspace)
+        if not os.path.isdir(snapshot) or os.path.islink(snapshot):
+            raise changed(item.item, "the snapshot folder is missing", snapshot)
+        if tree_signature(snapshot).digest != item.metadata.get("workspace_tree"):
+            raise changed(item.item, "the snapshot is not the tree the suite sealed (workspace_tree)", snapshot)
+        task = load_task(os.path.join(root, record["task"]))
+        if task.sha256 != record.get("task_sha256"):
+            raise changed(item.item, "the task file is not the one the suite sealed (task_sha256)", task.path)
+        sealed = {h.get("from"): h.get("sha256") for h in record.get("hidden", []) if isinstance(h, dict)}
+        inside = os.path.realpath(snapshot) + os.sep
+        for h in task.verifier.hidden:
+            source = os.path.join(task.folder, h.source)
+            if os.path.realpath(source).startswith(inside):
+                raise GateRefusal(Code.HIDDEN_INPUT_INSIDE_WORKSPACE, f"item {item.item!r}: a hidden test lies in "
+                                  "the snapshot a worker is given", source, item=item.item)
+            if not os.path.isfile(source) or sha256_hex(read_bytes(source)) != sealed.get(_slash(h.source)):
+                raise changed(item.item, f"hidden test {h.source} is missing or not the one the suite sealed", source)
+    return len(suite.packet)

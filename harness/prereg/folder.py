@@ -36,6 +36,7 @@ __all__ = [
     "prepare",
     "read_folder",
     "refuse_odd",
+    "repo_task_suite",
     "resolve_packet",
     "validate",
 ]
@@ -272,7 +273,19 @@ def resolve_packet(design: Design) -> tuple[int, str]:
         raise PreregRefusal(Code.DRAW_EXCEEDS_PACKET,
                       f"the design draws {design.draw_items} items; the packet holds {len(packet.items)}",
                       design.packet_path)
+    if repo_task_suite(design):  # every item as the runner will use it, before a freeze
+        from harness.evals.tasks import check_task_suite
+
+        check_task_suite(os.path.dirname(design.packet_path))
     return len(packet.items), packet.sha256
+
+
+def repo_task_suite(design: Design) -> bool:
+    """Whether the design's packet belongs to a `repo_task` suite (its SUITE.json's `kind`)."""
+    from harness.evals.suite import suite_kind
+
+    suite_dir = os.path.dirname(design.packet_path)
+    return os.path.lexists(os.path.join(suite_dir, "SUITE.json")) and suite_kind(suite_dir) == "repo_task"
 
 
 def prepare(path: str | os.PathLike[str]) -> Prepared:

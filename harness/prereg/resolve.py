@@ -17,9 +17,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Code, PreregRefusal, Refusal
+from harness.errors import Code, PreregRefusal, ProviderRefusal, Refusal
 from harness.meter.pricing import BUNDLED_PRICING, PricingTable, load_pricing
 from harness.prereg.design import Design
+from harness.prereg.folder import repo_task_suite
 from harness.providers.catalog import BUNDLED_CATALOG, Catalog, load_catalog, resolve_model
 
 __all__ = ["PRICING_NAME", "Resolved", "resolve_systems"]
@@ -74,6 +75,10 @@ def resolve_systems(folder: str, design: Design, catalog: Catalog | None, files:
         priced = pricing.get(system.pricing_key) is not None
         if not priced:
             unpriced.append(f"system {system.slot}: no price for {system.pricing_key!r}")
+        if model.worker is None and repo_task_suite(design):
+            raise ProviderRefusal(Code.MODEL_HAS_NO_WORKER, f"system {system.slot}: {model.id!r} has no "
+                                "[model.worker] in the catalog; a repo_task suite runs each system's worker",
+                                used.path, system=system.slot)
         rows.append({"slot": system.slot, "model": model.id, "api_shape": model.api_shape,
                      "api_model": model.api_model, "pricing_key": system.pricing_key, "priced": priced})
     if mismatched:

@@ -12,15 +12,17 @@ from tests.support.design import write_design
 from tests.support.paths import REPO
 
 TASKS_SUITE = REPO / "evals" / "tasks-suite"
-TASKS_PACKET_SHA = json.loads((TASKS_SUITE / "SUITE.json").read_text())["packet_sha256"]
 
 
 def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float = 0.01, items: int = 4,
-                deadline: float = 60, retries: int = 1, study: str = "rt") -> Path:
-    """A frozen preregistration: systems `cheap` (sim-flash) and `strong` (sim-k3), one arm, stage A."""
+                deadline: float = 60, retries: int = 1, study: str = "rt", suite: Path = TASKS_SUITE,
+                catalog: str | None = None, frozen: bool = True) -> Path:
+    """A frozen preregistration: systems `cheap` (sim-flash) and `strong` (sim-k3), one arm, stage A, on
+    `suite` (default the bundled tasks suite), with `catalog` as its catalog.toml when given."""
+    packet_sha = json.loads((suite / "SUITE.json").read_text())["packet_sha256"]
     design = {
         "study": {"id": study, "seed": 17, "title": "repo-task runner test"},
-        "suite": {"name": "tasks", "packet": str(TASKS_SUITE / "packet.jsonl"), "packet_sha256": TASKS_PACKET_SHA},
+        "suite": {"name": "tasks", "packet": str(suite / "packet.jsonl"), "packet_sha256": packet_sha},
         "draw": {"items": items},
         "systems": [
             {"slot": "cheap", "provider": "sim", "model": "sim-flash", "setting": "default",
@@ -41,5 +43,8 @@ def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: 
     folder = root / "prereg" / study
     folder.mkdir(parents=True)
     write_design(folder, design, "# repo-task runner test\n\nRegistered before running.\n")
-    freeze(folder)
+    if catalog is not None:
+        (folder / "catalog.toml").write_text(catalog)
+    if frozen:
+        freeze(folder)
     return folder
