@@ -98,14 +98,12 @@ def preflight(
     except Refusal as exc:
         problem("suite", exc.message, refusal=exc.code, path=exc.path)
     try:
-        from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier
+        from harness.run.kinds import kind_for
 
-        with WarmVerifier() as verifier:
-            verdict = verifier.run("def check(candidate):\n    pass\ncheck(None)\n")
-        if not verdict.passed:
-            problem("verifier", f"the verifier judged a trivial check {verdict.status}: {verdict.detail}")
-    except (VerifierUnavailable, OSError) as exc:
-        problem("verifier", f"the verifier does not start: {exc}")
+        for check, message in kind_for(os.path.dirname(d.packet_path)).preflight():  # can the kind judge?
+            problem(check, message)
+    except Refusal as exc:
+        problem("suite", exc.message, refusal=exc.code, path=exc.path)
     systems = tuple(SystemProgress(s, 0, 0, 0, 0, sum(1 for r in setup.requests if r.system == s),
                                    0.0 if ledger is None else ledger.spend[s], d.system(s).cap_usd, "preflight",
                                    items=len({r.item for r in setup.requests if r.system == s}))

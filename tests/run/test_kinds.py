@@ -124,3 +124,16 @@ def test_a_work_attempt_is_read_strictly_and_a_completion_attempt_has_no_work() 
                          provider_request_id=None, model_snapshot=None, finish_reason=None, tokens=None,
                          usage_unknown=True, cost_usd="unknown", cost_status="usage_unknown", text="x").to_json()
     assert "work" not in completion
+
+
+def test_each_kind_says_what_keeps_it_from_judging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert CompletionKind(str(HUMANEVAL)).preflight() == []  # the warm verifier starts and judges
+    if shutil.which("bwrap") is not None:
+        assert RepoTaskKind(str(TASKS_SUITE)).preflight() == []
+    monkeypatch.setenv("PROCTOR_SANDBOX", "jail")
+    shutil.copytree(REPO / "evals" / "tasks", tmp_path / "evals" / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(TASKS_SUITE, tmp_path / "evals" / "tasks-suite")
+    (tmp_path / "evals" / "tasks" / "intervals" / "workspace" / "planted.py").write_text("x = 1\n")
+    problems = dict(RepoTaskKind(str(tmp_path / "evals" / "tasks-suite")).preflight())
+    assert problems["suite"].startswith("suite_item_changed: item 'intervals-touching-merge'")
+    assert problems["verifier"].startswith("the gated path's sandbox cannot run: sandbox_invalid")

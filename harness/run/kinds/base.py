@@ -52,6 +52,10 @@ class SuiteKind:
         """Admit, carry out and record the cell's next attempt; its record, or None when none may start."""
         raise NotImplementedError
 
+    def preflight(self) -> list[tuple[str, str]]:
+        """What would keep this kind from judging, as (check, message) pairs (`harness.run.preflight`)."""
+        raise NotImplementedError
+
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         """Judge the current run's delivered attempt and write its receipt: (name, sha256, passed).
 

@@ -22,5 +22,18 @@ class CompletionKind(SuiteKind):
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         return await host.request_attempt(state, lane)
 
+    def preflight(self) -> list[tuple[str, str]]:
+        """The warm verifier starts and judges a trivial check."""
+        from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier
+
+        try:
+            with WarmVerifier() as verifier:
+                verdict = verifier.run("def check(candidate):\n    pass\ncheck(None)\n")
+        except (VerifierUnavailable, OSError) as exc:
+            return [("verifier", f"the verifier does not start: {exc}")]
+        if not verdict.passed:
+            return [("verifier", f"the verifier judged a trivial check {verdict.status}: {verdict.detail}")]
+        return []
+
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         return host.verify(state)

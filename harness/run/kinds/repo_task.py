@@ -284,6 +284,22 @@ class RepoTaskKind(SuiteKind):
             deadline_s=host.rules.attempt_deadline_s, stage_folder=host.s.folder,
         )
 
+    def preflight(self) -> list[tuple[str, str]]:
+        """Every item checks whole (`check_task_suite`) and the sandbox can run here."""
+        from harness.evals.tasks import check_task_suite
+        from harness.workers.sandbox import resolve_sandbox
+
+        problems = []
+        try:
+            check_task_suite(self.suite_dir)
+        except Refusal as exc:
+            problems.append(("suite", f"{exc.code.value}: {exc.message}"))
+        try:
+            resolve_sandbox()
+        except Refusal as exc:
+            problems.append(("verifier", f"the gated path's sandbox cannot run: {exc.code.value}: {exc.message}"))
+        return problems
+
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         r, rerun, number = state.request, state.rerun, state.next_attempt()
         started = host.begin_attempt(r, rerun, number, lane)
