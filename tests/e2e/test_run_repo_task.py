@@ -164,3 +164,30 @@ def test_kill_9_while_a_worker_runs_resumes_without_loss(tmp_path: Path, sim_ser
     assert "cheap" in q and "strong" in q
     audit = run_proctor("audit", "--prereg", str(prereg), str(results / "rt"))
     assert audit.code == 0 and audit.out["ok"] is True, audit.out
+
+
+def test_a_worker_whose_provider_fails_is_a_provider_failure_retried_then_exhausted(
+        tmp_path: Path, sim_server: SimServer) -> None:
+    systems = tmp_path / "systems.json"
+    down = {"rate_limited": 0.0, "server_error": 1.0, "timeout": 0.0}
+    systems.write_text(json.dumps({"systems": [
+        {"name": n, "skill": 1.0, "latency_s": {"dist": "fixed", "value": 0}, "output_tokens": {"mean": 50},
+         **({"failures": down} if n == "sim-flash" else {})} for n in ("sim-flash", "sim-k3")]}))
+    url = sim_server(systems=systems, seed=9)
+    prereg = repo_prereg(tmp_path, items=1, retries=1)
+    summary = run_stage(prereg, "A", tmp_path / "results", base_urls=_urls(url))
+    folder = tmp_path / "results" / "rt" / "A"
+    logs = _logs(folder)
+    plan = {json.loads(line)["run_id"]: json.loads(line)["system"]
+            for line in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    cheap = [a for a in logs["attempts"] if plan[a["run_id"]] == "cheap"]
+    # llm-edit exits 75; the attempt is the request's provider error: a transport retry, then a rerun
+    assert [a["error_code"] for a in cheap] == ["server_error"] * 4
+    assert all(a["work"]["exit_code"] == 75 and a["work"]["exchanges"] >= 1 for a in cheap)
+    # a 500 carries no usage: unknown, counted as the reserve (as a completion attempt's would be)
+    assert all(a["cost_usd"] == "unknown" and "verify.json" not in a["work"]["files"] for a in cheap)
+    finals = {f["system"]: f for f in logs["finals"]}
+    assert finals["cheap"]["class"] == "provider" and finals["cheap"]["action"] == "stand"  # exhausted
+    assert finals["strong"]["passed"] is True
+    assert summary.exit_code == 1 and not summary.complete  # an exhausted cell is never scored
+    assert run_problems(folder, prereg_dir=prereg) == []
