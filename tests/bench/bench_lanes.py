@@ -78,7 +78,8 @@ def test_lanes_and_zero_latency_throughput(tmp_path: Path) -> None:
     print(f"  peer: bare httpx client, the same {len(plan.requests)} bodies one after another: {peer_rate:.1f} requests/s;"
           f" ratio {rate / peer_rate:.2f}x")
     record("lanes", [
-        Row(f"{LANES} lanes at {LATENCY_S} s simulated latency, {ATTEMPTS} attempts, `proctor run` whole process",
+        Row(f"{LANES} lanes at {LATENCY_S} s simulated latency, {ATTEMPTS} attempts, `proctor run` whole process, "
+            f"median of {RUNS}",
             f"{ATTEMPTS / slow_s:.1f} attempts/s ({slow_s:.2f} s)", "the ideal, lanes / latency",
             f"{IDEAL:.0f} attempts/s", f"{share:.0%} of ideal (target >= 90%)", COMMAND),
         Row(f"zero-latency throughput with checking, {ATTEMPTS} attempts, {LANES} lanes, {cores} cores",
