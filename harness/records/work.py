@@ -45,6 +45,8 @@ class AttemptWork:
     """The gate's verdict; None when nothing was verified."""
     refusal: str | None
     """The gate's refusal that ended the attempt (a worker's scope violation, say), or None."""
+    queued_s: float
+    """Seconds the attempt waited for the runner's one gated path at a time (part of its `latency_s`)."""
 
     def to_json(self) -> dict[str, Any]:
         return write(self)

@@ -92,7 +92,7 @@ def test_a_snapshot_that_is_not_the_packets_tree_is_a_harness_error_before_any_w
 def _work_record(**change: Any) -> dict[str, Any]:
     work = {"kind": "repo-task-work.v1", "folder": "work/r-1.r0.a1", "dispatch_id": "d001-00000000", "exit_code": 0,
             "timed_out": False, "provider_failure": False, "exchanges": 1, "files": {"diff.patch": "a" * 64},
-            "passed": True, "refusal": None}
+            "passed": True, "refusal": None, "queued_s": 0.0}
     record = Attempt(run_id="r-1", attempt=1, request_sha256="1" * 64, outcome="delivered", started=1.0, ended=2.0,
                      latency_s=1.0, http_status=None, response_raw=None, response_sha256=None,
                      provider_request_id=None, model_snapshot=None, finish_reason=None,

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -155,11 +156,12 @@ def carry_out(order: WorkOrder) -> dict[str, Any]:
     failed (exit 75) ends as the last request's provider error; a refusal of what the worker left
     (a scope violation, a tampered state folder) is delivered, judged not passed.
     """
+    waited = time.monotonic()
     with _ONE_AT_A_TIME:
-        return _carry_out(order)
+        return _carry_out(order, time.monotonic() - waited)
 
 
-def _carry_out(order: WorkOrder) -> dict[str, Any]:
+def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
     from harness.gate.dispatch import dispatch
     from harness.gate.initialize import init_workspace
     from harness.gate.verify import verify
@@ -228,6 +230,7 @@ def _carry_out(order: WorkOrder) -> dict[str, Any]:
         timed_out=bool(result is not None and result.process.timed_out),
         provider_failure=bool(result is not None and result.provider_failure), exchanges=exchanges,
         files={name: sha256_hex(data) for name, data in sorted(files.items())}, passed=passed, refusal=refusal,
+        queued_s=round(queued_s, 6),
     )
     outcome: dict[str, Any] = ({"outcome": "delivered", "text": None} if error is None else
                                {"outcome": "error", "error_code": error[0], "error_message": error[1]})
