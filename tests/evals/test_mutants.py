@@ -1,0 +1,258 @@
+"""The mutant suite: its builder's refusals, mutations and visible subset, the committed suite,
+materialized workspaces (the mutant fails its hidden tests, the reference fix passes them) and a
+byte-for-byte rebuild from the cached sdists."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import Code, Refusal
+from harness.evals.mutants import (
+    KINDS,
+    LIBRARIES,
+    apply_patch,
+    build_mutants,
+    candidates,
+    fetch_sdist,
+    materialize,
+    mutant_item,
+    parse_spec,
+    visible_source,
+)
+from harness.evals.suite import load_suite
+from harness.evidence.git import run_git
+from harness.evidence.jsonio import sha256_hex
+from harness.providers.edit_format import parse_files
+from harness.providers.sim import load_answers
+from tests.support.cli import run_proctor
+from tests.support.paths import REPO
+
+MUTANTS = REPO / "evals" / "mutants"
+SPECS = [f"{name}=={version}" for name, version in sorted(LIBRARIES)]
+
+
+def _refused(code: Code, fn: object, *args: object, **kwargs: object) -> Refusal:
+    with pytest.raises(Refusal) as caught:
+        fn(*args, **kwargs)  # type: ignore[operator]
+    assert caught.value.code == code, caught.value
+    return caught.value
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["toolz", "toolz>=0.12.1", "toolz==", "==0.12.1", "toolz==0.12.1 ", "a b==1"])
+def test_a_bad_package_spec_is_refused(spec: str) -> None:
+    _refused(Code.SUITE_PACKAGE_SPEC_INVALID, parse_spec, spec)
+
+
+@pytest.mark.parametrize("spec", ["requests==2.32.3", "toolz==0.12.0", "inflection==0.5.2"])
+def test_an_unknown_package_is_refused_naming_the_known_ones(spec: str) -> None:
+    refusal = _refused(Code.SUITE_PACKAGE_UNKNOWN, parse_spec, spec)
+    assert "toolz==0.12.1" in refusal.message
+
+
+def test_a_spec_is_read_with_pep503_spelling() -> None:
+    assert parse_spec("More_Itertools==10.5.0").dist == "more-itertools-10.5.0"
+
+
+def test_no_package_is_refused(tmp_path: Path) -> None:
+    _refused(Code.SUITE_PACKAGE_SPEC_INVALID, build_mutants, tmp_path / "out", [])
+
+
+def test_an_sdist_with_other_bytes_is_refused(tmp_path: Path) -> None:
+    library = parse_spec("inflection==0.5.1")
+    (tmp_path / library.sdist).write_bytes(b"not the pinned sdist")
+    refusal = _refused(Code.SUITE_SOURCE_MISMATCH, fetch_sdist, library, cache=str(tmp_path), download=False)
+    assert refusal.details["sha256"] == sha256_hex(b"not the pinned sdist")
+    _refused(Code.SUITE_SOURCE_MISMATCH, build_mutants, tmp_path / "out", ["inflection==0.5.1"],
+             cache=str(tmp_path), download=False)  # fmt: skip
+    assert not (tmp_path / "out" / "SUITE.json").exists()
+
+
+def test_an_sdist_missing_offline_is_refused(tmp_path: Path) -> None:
+    _refused(Code.SUITE_SOURCE_MISSING, fetch_sdist, parse_spec("toolz==0.12.1"), cache=str(tmp_path), download=False)
+
+
+def test_the_cli_refuses_a_bad_spec_by_name(tmp_path: Path) -> None:
+    done = run_proctor("evals", "build", "mutants", "--package", "toolz", "--out", str(tmp_path / "o"))
+    assert done.code == 3 and done.out["refusal"] == "suite_package_spec_invalid", done.out
+    done = run_proctor("evals", "build", "mutants", "--package", "nosuchlib==1.0", "--out", str(tmp_path / "o"))
+    assert done.code == 3 and done.out["refusal"] == "suite_package_unknown", done.out
+    done = run_proctor("evals", "build", "tasks", "--package", "toolz==0.12.1", "--out", str(tmp_path / "o"))
+    assert done.code == 3 and done.out["refusal"] == "suite_package_spec_invalid", done.out
+
+
+# --- mutations and the visible subset -------------------------------------------------------------------
+
+SOURCE = '''\
+def window(xs, n):
+    out = []
+    for i in range(len(xs) - n + 1):
+        if n <= 0:
+            raise ValueError("n")
+        out.append(xs[i:i + n])
+    return out and True
+
+
+def untested(a, b):
+    return a * b
+'''
+
+
+def test_candidates_cover_every_kind_on_covered_lines_only() -> None:
+    covered = set(range(1, 8))
+    found = candidates("m.py", SOURCE, covered)
+    assert {c.kind for c in found} == set(KINDS)
+    assert all(c.function == "window" for c in found), "line 11 is not covered"
+    by_kind = {c.kind: c for c in found}
+    drop = by_kind["dropped_branch"]
+    assert drop.line == 4 and drop.new == () and len(drop.old) == 2
+    for cand in found:
+        mutated = apply_patch(SOURCE, cand.line, cand.old, cand.new, "m.py")
+        assert mutated != SOURCE
+        ast.parse(mutated)
+        assert len(mutated.splitlines()) in (len(SOURCE.splitlines()), len(SOURCE.splitlines()) - 2)
+    swaps = {(c.old[0].strip(), c.new[0].strip()) for c in found if c.kind == "comparison"}
+    assert ("if n <= 0:", "if n < 0:") in swaps
+    assert any(c.new == ("    out.append(xs[i:i + n + 0])\n",) for c in found) is False
+    assert ("    for i in range(len(xs) - n + 2):\n",) in {c.new for c in found if c.kind == "off_by_one"}
+    assert candidates("m.py", SOURCE, set()) == []
+
+
+def test_a_patch_that_does_not_fit_is_refused() -> None:
+    _refused(Code.SUITE_INVALID, apply_patch, SOURCE, 2, ["    nope\n"], ["x\n"], "m.py")
+
+
+def test_the_visible_file_keeps_only_the_chosen_tests() -> None:
+    source = b"import os\n\n\ndef helper():\n    return 1\n\n\ndef test_a():\n    assert helper()\n\n\n@dec\ndef test_b():\n    pass\n\n\nclass TestC:\n    def test_c(self):\n        pass\n\n\nclass TestD:\n    x = 1\n\n    def test_d(self):\n        pass\n"
+    kept = visible_source(source, ["test_a", "TestD.test_d"])
+    tree = ast.parse(kept)
+    names = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    assert names == ["helper", "test_a", "test_d"]
+    assert b"@dec" not in kept and b"class TestC:\n    pass\n" in kept
+
+
+# --- the committed suite ----------------------------------------------------------------------------------
+
+
+def _suite_records() -> list[dict[str, object]]:
+    return [json.loads(line) for line in (MUTANTS / "private" / "items.jsonl").read_text().splitlines()]
+
+
+def test_the_committed_suite_is_a_sealed_repo_task_suite_of_forty_or_more() -> None:
+    suite = load_suite(MUTANTS)
+    assert suite.kind == "repo_task" and suite.name == "mutants"
+    assert len(suite.packet) >= 40
+    libraries = {item.metadata["library"] for item in suite.packet}
+    assert len(libraries) >= 2
+    assert {item.metadata["mutation_kind"] for item in suite.packet} == set(KINDS)
+    for item in suite.packet:
+        assert item.workspace is None and item.entry_point is None
+        assert item.metadata["scope"] == [item.metadata["module"]]
+        record = suite.private[item.item].record
+        mutation = record["snapshot"]["mutation"]
+        # The prompt describes the failure, never the fix: the mutated or pristine line is not in it.
+        for line in [*mutation["old"], *mutation["new"]]:
+            assert line.strip() not in item.prompt
+    size = sum(p.stat().st_size for p in MUTANTS.rglob("*") if p.is_file())
+    assert size < 4 * 1024 * 1024, size
+
+
+def test_the_sim_answers_are_the_reference_fixes_and_the_mutants() -> None:
+    suite = load_suite(MUTANTS)
+    answers = {a.match: a for a in load_answers(MUTANTS / "private" / "sim_answers.jsonl")}
+    assert len(answers) == len(suite.packet)
+    for item in suite.packet:
+        record = suite.private[item.item].record
+        answer = answers[f"task_id: {item.item}"]
+        fixed = parse_files(answer.answer)
+        (fix,) = record["fix"]
+        assert list(fixed) == [fix["path"]] and sha256_hex(fixed[fix["path"]].encode()) == fix["sha256"]
+        wrong = parse_files(answer.wrong[0])
+        assert sha256_hex(wrong[fix["path"]].encode()) == record["snapshot"]["mutant_sha256"]
+
+
+def _pytest(folder: Path, *paths: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", ""), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths], cwd=folder,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def _sample() -> list[str]:
+    """One item of each library and kind present, then a seeded few more."""
+    suite = load_suite(MUTANTS)
+    seen: dict[tuple[str, str], str] = {}
+    for item in suite.packet:
+        seen.setdefault((item.metadata["library"], item.metadata["mutation_kind"]), item.item)
+    rest = sorted(set(suite.packet.ids) - set(seen.values()))
+    return sorted(seen.values()) + random.Random(17).sample(rest, min(3, len(rest)))
+
+
+@pytest.mark.parametrize("item_id", _sample() if (MUTANTS / "SUITE.json").exists() else [])
+def test_a_materialized_mutant_fails_its_hidden_tests_and_the_fix_passes_them(item_id: str, tmp_path: Path) -> None:
+    suite = load_suite(MUTANTS)
+    item = mutant_item(suite, item_id)
+    ws = tmp_path / "ws"
+    head = materialize(item, ws)
+    assert len(head) == 40
+    status = run_git(["status", "--porcelain", "--untracked-files=all"], git_dir=str(ws / ".git"), work_tree=str(ws))
+    assert status.returncode == 0 and status.stdout == b"", "the baseline commit holds the whole workspace"
+    (hidden,) = item.record["hidden"]
+    assert not (ws / hidden["to"]).exists(), "the hidden tests are never in the workspace"
+    visible = item.record["snapshot"]["visible"]["to"]
+    assert (ws / visible).is_file() and visible in item.record["verifier"]["seal"]
+    # Verify as the gated path does: a copy without .git, the hidden tests laid in.
+    check = tmp_path / "check"
+    shutil.copytree(ws, check, ignore=shutil.ignore_patterns(".git"))
+    shutil.copy(item.private_path(hidden["from"]), check / hidden["to"])
+    failed = _pytest(check, hidden["to"])
+    assert failed.returncode == 1, failed.stdout[-2000:]
+    (fix,) = item.record["fix"]
+    pristine = Path(item.private_path(item.record["snapshot"]["tree"])) / fix["path"]
+    assert sha256_hex(pristine.read_bytes()) == fix["sha256"]
+    shutil.copy(pristine, check / fix["path"])
+    passed = _pytest(check, hidden["to"], visible)
+    assert passed.returncode == 0, passed.stdout[-2000:]
+
+
+def test_materialize_refuses_a_used_destination(tmp_path: Path) -> None:
+    suite = load_suite(MUTANTS)
+    item = mutant_item(suite, suite.packet.ids[0])
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "x").write_text("x")
+    _refused(Code.SUITE_INVALID, materialize, item, tmp_path / "ws")
+    (tmp_path / "file").write_text("x")
+    _refused(Code.SUITE_INVALID, materialize, item, tmp_path / "file")
+
+
+def test_the_build_is_reproducible_from_the_cached_sdists(tmp_path: Path) -> None:
+    manifest = json.loads((MUTANTS / "SUITE.json").read_text())
+    specs = [f"{s['package']}=={s['version']}" for s in manifest["source"]["sdists"]]
+    ci = os.environ.get("CI") == "true"
+    try:
+        for spec in specs:
+            fetch_sdist(parse_spec(spec), download=ci)
+    except Refusal as exc:
+        if exc.code != Code.SUITE_SOURCE_MISSING or ci:
+            raise
+        pytest.skip(f"the sdists are not cached and this is not CI: {exc.message}")
+    build = manifest["build"]
+    build_mutants(tmp_path / "again", specs, seed=build["seed"], per_package=build["per_package"], download=False)
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    again, committed = files(tmp_path / "again"), files(MUTANTS)
+    assert sorted(again) == sorted(committed)
+    different = [name for name in again if again[name] != committed[name]]
+    assert different == [], "evals/mutants differs from a fresh build: run `proctor evals build mutants ...`"
