@@ -34,12 +34,17 @@ __all__ = [
     "LIBRARIES",
     "Library",
     "MutantItem",
+    "apply_patch",
     "build_mutants",
+    "candidates",
     "fetch_sdist",
     "materialize",
     "mutant_item",
     "parse_spec",
     "sdist_cache",
+    "visible_source",
+    "visible_tests",
+    "write_task",
 ]
 
 SUITE_VERSION: Final = 1
@@ -166,7 +171,7 @@ def fetch_sdist(library: Library, *, cache: str | None = None, download: bool = 
             raise EvalRefusal(Code.SUITE_SOURCE_MISSING, f"{library.sdist} is not in the cache", folder)
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".pip-") as tmp:
-            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                     "--disable-pip-version-check", "--dest", tmp, f"{library.name}=={library.version}"]  # fmt: skip
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
@@ -843,3 +848,39 @@ def materialize(item: MutantItem, dest: str | os.PathLike[str]) -> str:
             raise EvalRefusal(Code.SUITE_INVALID, f"git {args[0]} failed: {done.stderr.decode(errors='replace')}", folder)
     head = read_bytes(os.path.join(git_dir, "refs", "heads", "main")).decode().strip()
     return head
+
+
+TASK_BUDGET: Final = {"max_dispatches": 3, "max_stagnant": 3, "timeout_s": 600, "verify_timeout_s": 300}
+
+
+def write_task(item: MutantItem, folder: str | os.PathLike[str]) -> str:
+    """Lay out a gated-path task folder for the item (docs/gated-path.md): ``workspace/`` made by
+    `materialize`, the hidden tests under ``hidden/`` (outside the workspace), ``task.json``.
+
+    Returns the task file's path. `folder` must be absent or empty.
+    """
+    root = os.path.abspath(os.fspath(folder))
+    if os.path.lexists(root) and (not os.path.isdir(root) or os.listdir(root)):
+        raise EvalRefusal(Code.SUITE_INVALID, "the task folder exists and is not an empty folder", root)
+    materialize(item, os.path.join(root, "workspace"))
+    hidden = []
+    for entry in item.record["hidden"]:
+        data = read_bytes(item.private_path(entry["from"]))
+        if sha256_hex(data) != entry["sha256"]:
+            raise EvalRefusal(Code.SUITE_INVALID, f"item {item.item!r}: a hidden test's sha256 differs", entry["from"])
+        rel = "hidden/" + entry["to"]
+        _write_tree(root, {rel: data})
+        hidden.append({"from": rel, "to": entry["to"]})
+    verifier = item.record["verifier"]
+    task = {
+        "task_id": item.item,
+        "prompt": item.prompt,
+        "features": list(FEATURES),
+        "scope": list(item.scope),
+        "verifier": {"argv": list(verifier["argv"]), "seal": list(verifier["seal"]), "hidden": hidden},
+        "budget": dict(TASK_BUDGET),
+    }
+    path = os.path.join(root, "task.json")
+    with open(path, "wb") as f:
+        f.write(canonical_bytes(task) + b"\n")
+    return path

@@ -27,6 +27,7 @@ from harness.evals.mutants import (
     mutant_item,
     parse_spec,
     visible_source,
+    write_task,
 )
 from harness.evals.suite import load_suite
 from harness.evidence.git import run_git
@@ -235,6 +236,8 @@ def test_materialize_refuses_a_used_destination(tmp_path: Path) -> None:
     _refused(Code.SUITE_INVALID, materialize, item, tmp_path / "file")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_the_build_is_reproducible_from_the_cached_sdists(tmp_path: Path) -> None:
     manifest = json.loads((MUTANTS / "SUITE.json").read_text())
     specs = [f"{s['package']}=={s['version']}" for s in manifest["source"]["sdists"]]
@@ -256,3 +259,60 @@ def test_the_build_is_reproducible_from_the_cached_sdists(tmp_path: Path) -> Non
     assert sorted(again) == sorted(committed)
     different = [name for name in again if again[name] != committed[name]]
     assert different == [], "evals/mutants differs from a fresh build: run `proctor evals build mutants ...`"
+
+
+def test_the_simulator_answers_an_llm_edit_prompt_with_the_reference_fix(tmp_path: Path) -> None:
+    from harness.providers.sim import build_service
+    from harness.workers.llm_edit import build_prompt
+
+    systems = {"systems": [{"name": "sure", "skill": 1.0, "latency_s": {"dist": "lognormal", "median": 0.01, "sigma": 0.1},
+                            "output_tokens": {"mean": 10}, "snapshot": "sure-1"}]}  # fmt: skip
+    (tmp_path / "systems.json").write_text(json.dumps(systems))
+    service = build_service(tmp_path / "systems.json", answers=MUTANTS / "private" / "sim_answers.jsonl", latency_scale=0)
+    suite = load_suite(MUTANTS)
+    for item_id in suite.packet.ids[::10]:
+        item = mutant_item(suite, item_id)
+        (fix,) = item.record["fix"]
+        ws = tmp_path / item_id
+        materialize(item, ws)
+        prompt = build_prompt(item_id, item.prompt, {fix["path"]: (ws / fix["path"]).read_text()})
+        body = {"model": "sure", "messages": [{"role": "user", "content": prompt}]}
+        reply = service.complete(json.dumps(body).encode())
+        files = parse_files(reply.payload["choices"][0]["message"]["content"])
+        assert sha256_hex(files[fix["path"]].encode()) == fix["sha256"], item_id
+
+
+def _one_per_library() -> list[str]:
+    if not (MUTANTS / "SUITE.json").exists():
+        return []
+    first: dict[str, str] = {}
+    for line in (MUTANTS / "packet.jsonl").read_text().splitlines():
+        doc = json.loads(line)
+        first.setdefault(doc["metadata"]["library"], doc["item"])
+    return sorted(first.values())
+
+
+@pytest.mark.parametrize("item_id", _one_per_library())
+def test_the_gated_path_fails_the_mutant_and_passes_the_reference_fix(item_id: str, tmp_path: Path) -> None:
+    """The item as a gated-path task (`write_task`): init, verify (the hidden tests fail), the reference
+    fix put in place, verify again (a passing receipt), accept."""
+    item = mutant_item(load_suite(MUTANTS), item_id)
+    task = write_task(item, tmp_path / "task")
+    ws, state = tmp_path / "task" / "workspace", tmp_path / "state"
+    words = ["--workspace", str(ws), "--task", task, "--state-dir", str(state)]
+    assert run_proctor("init", *words).code == 0
+    failed = run_proctor("verify", *words, timeout=300)
+    assert failed.code == 1 and failed.out["passed"] is False, failed.out
+    (fix,) = item.record["fix"]
+    shutil.copy(Path(item.private_path(item.record["snapshot"]["tree"])) / fix["path"], ws / fix["path"])
+    passed = run_proctor("verify", *words, timeout=300)
+    assert passed.code == 0 and passed.out["passed"] is True, passed.out
+    accepted = run_proctor("accept", *words)
+    assert accepted.code == 0, accepted.out
+
+
+def test_write_task_refuses_a_used_folder(tmp_path: Path) -> None:
+    item = mutant_item(load_suite(MUTANTS), load_suite(MUTANTS).packet.ids[0])
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "x").write_text("x")
+    _refused(Code.SUITE_INVALID, write_task, item, tmp_path / "t")
