@@ -659,6 +659,7 @@ def _library_items(library: Library, files: Mapping[str, bytes], count: int, see
             {
                 "item": item,
                 "prompt": _prompt(library, cand.module, vpath, run.failing),
+                "snapshot": library.dist,
                 "metadata": {
                     "library": library.name,
                     "version": library.version,

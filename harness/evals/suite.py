@@ -66,7 +66,7 @@ private record of a repository task holds the verifier's argv and hidden
 tests under it.
 """
 
-PACKET_KEYS: Final = frozenset({"item", "prompt", "entry_point", "workspace", "metadata"})
+PACKET_KEYS: Final = frozenset({"item", "prompt", "entry_point", "workspace", "snapshot", "metadata"})
 """The only keys a packet line may have."""
 
 _NORMALISED_FORBIDDEN: Final = {re.sub(r"[^a-z0-9]", "", k): k for k in FORBIDDEN_KEYS}
@@ -75,6 +75,7 @@ _PRIVATE_CODES: Final = (Code.PRIVATE_INVALID, Code.PRIVATE_INVALID)
 _PRIVATE_MARKS: Final = frozenset({"canonical_solution", "test", "hidden", "verifier"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class PacketItem:
         entry_point: the function the answer must define (function-completion items).
         workspace: the task's workspace folder, relative to the repository root (task items).
         metadata: public facts about the item (e.g. ``source_index``, ``features``).
+        snapshot: the private tree the task's workspace is made from (mutant items: `materialize`).
     """
 
     item: str
@@ -94,6 +96,7 @@ class PacketItem:
     entry_point: str | None
     workspace: str | None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    snapshot: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"item": self.item, "prompt": self.prompt, "metadata": dict(self.metadata)}
@@ -101,6 +104,8 @@ class PacketItem:
             out["entry_point"] = self.entry_point
         if self.workspace is not None:
             out["workspace"] = self.workspace
+        if self.snapshot is not None:
+            out["snapshot"] = self.snapshot
         return out
 
 
@@ -279,10 +284,15 @@ def _packet_item(record: dict[str, Any], number: int, where: str) -> PacketItem:
         parts = workspace.split("/") if isinstance(workspace, str) else []
         if not parts or workspace.startswith("/") or ".." in parts or "" in parts or "\x00" in workspace:
             raise bad("workspace must be a relative path without '..'")
+    snapshot = record.get("snapshot")
+    if snapshot is not None and (not isinstance(snapshot, str) or not _SNAPSHOT.match(snapshot)):
+        raise bad("snapshot must be a name of letters, digits, '.', '_' and '-'")
+    if entry_point is None and workspace is None and snapshot is None:
+        raise bad("an item needs an entry_point, a workspace or a snapshot")
     metadata = record.get("metadata", {})
     if not isinstance(metadata, dict):
         raise bad("metadata must be an object")
-    return PacketItem(record["item"], prompt, entry_point, workspace, metadata)
+    return PacketItem(record["item"], prompt, entry_point, workspace, metadata, snapshot)
 
 
 def load_packet(path: str | os.PathLike[str], expected_sha256: str | None = None) -> Packet:
@@ -419,7 +429,7 @@ def _check_kind(kind: str, packet: Packet, private: Mapping[str, PrivateItem], f
     """Every item is one its suite's kind can attempt (`suite_invalid` naming the first that is not).
 
     A ``completion`` item needs an entry point and a hidden test; a ``repo_task`` item a workspace
-    in the packet or a ``snapshot`` in its private record (made by `harness.evals.mutants.materialize`).
+    or a ``snapshot`` in the packet with a ``snapshot`` in its private record (`harness.evals.mutants.materialize`).
     """
     for item in packet:
         record = private[item.item]
@@ -427,8 +437,9 @@ def _check_kind(kind: str, packet: Packet, private: Mapping[str, PrivateItem], f
             ok = item.entry_point is not None and record.test is not None
             need = "an entry_point and a hidden test"
         else:
-            ok = item.entry_point is None and (item.workspace is not None or isinstance(record.record.get("snapshot"), dict))
-            need = "a workspace (or a private snapshot) and no entry_point"
+            snapshot = isinstance(record.record.get("snapshot"), dict)
+            ok = item.entry_point is None and (item.workspace is not None or (item.snapshot is not None and snapshot))
+            need = "a workspace (or a snapshot, with its private record) and no entry_point"
         if not ok:
             raise EvalRefusal(
                 Code.SUITE_INVALID, f"item {item.item!r}: a {kind} item needs {need}", folder, item=item.item, kind=kind

@@ -159,6 +159,7 @@ def test_the_committed_suite_is_a_sealed_repo_task_suite_of_forty_or_more() -> N
     assert {item.metadata["mutation_kind"] for item in suite.packet} == set(KINDS)
     for item in suite.packet:
         assert item.workspace is None and item.entry_point is None
+        assert item.snapshot == f"{item.metadata['library']}-{item.metadata['version']}"
         assert item.metadata["scope"] == [item.metadata["module"]]
         record = suite.private[item.item].record
         mutation = record["snapshot"]["mutation"]

@@ -653,3 +653,27 @@ def test_items_another_kind_cannot_attempt_are_refused(tmp_path: Path, source: P
     with pytest.raises(Refusal) as exc:
         load_suite(copy)
     assert exc.value.code == "suite_invalid" and exc.value.details["kind"] == kind
+
+
+@pytest.mark.parametrize("snapshot", ["", "../x", "a/b", 7, ".hidden"])
+def test_a_bad_snapshot_name_is_refused(tmp_path: Path, snapshot: Any) -> None:
+    line = _line({"item": "b", "prompt": "p", "snapshot": snapshot})
+    refusal = _refusal(_packet(tmp_path, [_line(GOOD), line]))
+    assert (refusal.code, refusal.details["line"]) == ("packet_invalid", 2)
+
+
+def test_a_snapshot_item_needs_its_private_snapshot_record(tmp_path: Path) -> None:
+    copy = tmp_path / "suite"
+    shutil.copytree(TASKS_SUITE, copy)
+    packet = [json.loads(line) for line in (copy / "packet.jsonl").read_text().splitlines()]
+    for doc in packet:
+        del doc["workspace"]
+        doc["snapshot"] = "tree-1"
+    raw = "".join(json.dumps(doc) + "\n" for doc in packet).encode()
+    (copy / "packet.jsonl").write_bytes(raw)
+    manifest = json.loads((copy / "SUITE.json").read_text())
+    manifest["packet_sha256"] = hashlib.sha256(raw).hexdigest()
+    (copy / "SUITE.json").write_text(json.dumps(manifest))
+    with pytest.raises(Refusal) as exc:
+        load_suite(copy)
+    assert exc.value.code == "suite_invalid" and exc.value.details["item"] == packet[0]["item"]
