@@ -508,17 +508,17 @@ def candidates(module: str, source: str, covered: set[int]) -> list[_Candidate]:
                             add(qual, "off_by_one", _literal(lines, node, str(n - 1)))
                     else:
                         add(qual, "constant", _literal(lines, node, str(n + 1)))
-            for block in _blocks(stmt):
-                if len(block) < 2:
-                    continue
-                for node in block:
-                    if isinstance(node, ast.If) and not node.orelse and node.lineno in covered:
-                        first, last = node.lineno, node.end_lineno or node.lineno
-                        head = lines[first - 1]
-                        if head[: _col(head, node.col_offset)].strip():
-                            continue
-                        span = tuple(lines[first - 1 : last])
-                        out.append(_Candidate(module, qual, "dropped_branch", first, span, ()))
+        for block in _blocks(fn):
+            if len(block) < 2:
+                continue
+            for node in block:
+                if isinstance(node, ast.If) and not node.orelse and node.lineno in covered:
+                    first, last = node.lineno, node.end_lineno or node.lineno
+                    head = lines[first - 1]
+                    if head[: _col(head, node.col_offset)].strip():
+                        continue
+                    span = tuple(lines[first - 1 : last])
+                    out.append(_Candidate(module, qual, "dropped_branch", first, span, ()))
 
     def walk_defs(body: Sequence[ast.stmt], prefix: str) -> None:
         for node in body:
@@ -531,9 +531,9 @@ def candidates(module: str, source: str, covered: set[int]) -> list[_Candidate]:
     return sorted(dict.fromkeys(out), key=lambda c: c.key)
 
 
-def _blocks(stmt: ast.stmt) -> Iterable[list[ast.stmt]]:
-    """Every statement list inside `stmt` and `stmt`'s own (wrapped), nested functions included."""
-    for node in ast.walk(stmt):
+def _blocks(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterable[list[ast.stmt]]:
+    """Every statement list of the function: its body and each nested one (nested functions included)."""
+    for node in ast.walk(fn):
         for name in ("body", "orelse", "finalbody"):
             value = getattr(node, name, None)
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):

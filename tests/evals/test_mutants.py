@@ -317,3 +317,89 @@ def test_write_task_refuses_a_used_folder(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "x").write_text("x")
     _refused(Code.SUITE_INVALID, write_task, item, tmp_path / "t")
+
+
+# --- the whole build on a toy library: only detected mutants of covered functions are kept ----------------
+
+TOY_MODULE = '''\
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+
+
+def unused(a):
+    return a + 1
+
+
+def loose(n):
+    return n >= 0 or True
+'''
+
+TOY_TESTS = '''\
+from toy import clamp, loose
+
+
+def test_clamp_low():
+    assert clamp(-5, 0, 10) == 0
+
+
+def test_clamp_high():
+    assert clamp(50, 0, 10) == 10
+
+
+def test_clamp_inside():
+    assert clamp(5, 0, 10) == 5
+
+
+def test_loose():
+    assert loose(3) is True
+'''
+
+
+def _toy_sdist(cache: Path) -> str:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, text in [("toy/__init__.py", TOY_MODULE), ("tests/test_toy.py", TOY_TESTS), ("LICENSE", "MIT\n")]:
+            data = text.encode()
+            info = tarfile.TarInfo(f"toy-1.0/{name}")
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "toy-1.0.tar.gz").write_bytes(buffer.getvalue())
+    return sha256_hex(buffer.getvalue())
+
+
+def test_a_toy_build_keeps_only_detected_mutants_of_covered_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.evals import mutants
+
+    sha = _toy_sdist(tmp_path / "cache")
+    toy = mutants.Library("toy", "1.0", sha, ("toy", "LICENSE"), {"toy/__init__.py": "tests/test_toy.py"}, (), "tests")
+    monkeypatch.setitem(mutants.LIBRARIES, ("toy", "1.0"), toy)
+    out = build_mutants(tmp_path / "a", ["toy==1.0"], per_package=10, cache=str(tmp_path / "cache"), download=False)
+    build_mutants(tmp_path / "b", ["toy==1.0"], per_package=10, cache=str(tmp_path / "cache"), download=False)
+    files_a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    files_b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    assert files_a == files_b, "the same sdist and seed give the same bytes"
+    suite = load_suite(tmp_path / "a")
+    # `loose` has only surviving mutants, `unused` is not covered: every kept mutant is in clamp,
+    # at most two per function.
+    assert 1 <= out["items"] == len(suite.packet) <= 2
+    for item_id in suite.packet.ids:
+        record = suite.private[item_id].record
+        assert record["function"] == "clamp" and record["failing"]
+        task = write_task(mutant_item(suite, item_id), tmp_path / f"task-{item_id}")
+        ws = Path(task).parent / "workspace"
+        assert (ws / "tests" / "test_toy_visible.py").is_file() and not (ws / "tests" / "test_toy.py").exists()
+        shutil.copy(Path(task).parent / "hidden" / "tests" / "test_toy.py", ws / "tests" / "test_toy.py")
+        assert _pytest(ws, "tests").returncode == 1
+    assert not (tmp_path / "a" / "private" / "trees" / "toy-1.0" / "src" / "tests").exists()
+    # A sdist whose bytes changed is refused, even from the cache.
+    (tmp_path / "cache" / "toy-1.0.tar.gz").write_bytes(b"changed")
+    _refused(Code.SUITE_SOURCE_MISMATCH, build_mutants, tmp_path / "c", ["toy==1.0"], cache=str(tmp_path / "cache"),
+             download=False)  # fmt: skip
