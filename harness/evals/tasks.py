@@ -9,7 +9,7 @@ import os
 from typing import Any, Final
 
 from harness.errors import Code, EvalRefusal, GateRefusal
-from harness.evals.suite import load_suite
+from harness.evals.suite import Suite, load_suite
 from harness.evals.write import write_suite
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import tree_signature
@@ -88,7 +88,6 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
         suite="tasks",
         kind="repo_task",
         version=SUITE_VERSION,
-        kind="repo_task",
         source={
             "package": None,
             "version": None,
@@ -118,6 +117,9 @@ def check_task_suite(suite_dir: str | os.PathLike[str]) -> int:
 
     for item in suite.packet:
         record = suite.private[item.item].record
+        if item.workspace is None and isinstance(record.get("snapshot"), dict):
+            _check_snapshot_item(suite, item.item)
+            continue
         if item.workspace is None or not isinstance(record.get("task"), str):
             raise changed(item.item, "not a repository task (no workspace or task file)", folder)
         snapshot = os.path.join(root, item.workspace)
@@ -138,3 +140,19 @@ def check_task_suite(suite_dir: str | os.PathLike[str]) -> int:
             if not os.path.isfile(source) or sha256_hex(read_bytes(source)) != sealed.get(_slash(h.source)):
                 raise changed(item.item, f"hidden test {h.source} is missing or not the one the suite sealed", source)
     return len(suite.packet)
+
+
+def _check_snapshot_item(suite: Suite, item: str) -> None:
+    """A `snapshot` item (the mutant suite): its tree, visible and hidden tests in the private part, sealed."""
+    from harness.evals.mutants import mutant_item
+
+    made = mutant_item(suite, item)
+    snap = made.record["snapshot"]
+    if not os.path.isdir(made.private_path(snap["tree"])):
+        raise EvalRefusal(Code.SUITE_ITEM_CHANGED, f"item {item!r}: the snapshot tree is missing",
+                          made.private_path(snap["tree"]), item=item)
+    for entry in [snap["visible"], *made.record.get("hidden", [])]:
+        path = made.private_path(entry["from"])
+        if not os.path.isfile(path) or ("sha256" in entry and sha256_hex(read_bytes(path)) != entry["sha256"]):
+            raise EvalRefusal(Code.SUITE_ITEM_CHANGED, f"item {item!r}: {entry['from']} is missing or not the "
+                              "one the suite sealed", path, item=item)

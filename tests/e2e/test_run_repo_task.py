@@ -32,7 +32,7 @@ from harness.run.layout import log_seed
 from harness.run.runner import run_stage
 from tests.support.cli import run_proctor
 from tests.support.paths import REPO
-from tests.support.repo_study import repo_prereg
+from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
 from tests.support.sim import SimServer, sim_systems
 from tests.support.study import run_argv, runner_env, wait_in_flight
 
@@ -191,3 +191,22 @@ def test_a_worker_whose_provider_fails_is_a_provider_failure_retried_then_exhaus
     assert finals["strong"]["passed"] is True
     assert summary.exit_code == 1 and not summary.complete  # an exhausted cell is never scored
     assert run_problems(folder, prereg_dir=prereg) == []
+
+
+def test_the_mutant_suite_runs_through_the_same_kind(tmp_path: Path) -> None:
+    # a `snapshot` item: its workspace (a git baseline) and task laid out from the suite's private part
+    prereg = repo_prereg(tmp_path, suite=MUTANTS, items=2)
+    with mutant_sim(tmp_path, {"sim-flash": 0.0, "sim-k3": 1.0}) as url:
+        summary = run_stage(prereg, "A", tmp_path / "results", base_urls=_urls(url))
+    assert summary.exit_code == 0 and summary.complete, summary.stops
+    folder = tmp_path / "results" / "rt" / "A"
+    logs = _logs(folder)
+    plan = {json.loads(line)["run_id"]: json.loads(line) for line in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    verdicts = sorted((plan[f["run_id"]]["system"], f["passed"]) for f in logs["finals"])
+    assert verdicts == [("cheap", False), ("cheap", False), ("strong", True), ("strong", True)]
+    for attempt in logs["attempts"]:
+        diff = (folder / attempt["work"]["folder"] / "diff.patch").read_text()
+        # strong answers the reference fix: the diff undoes the one mutated line; cheap leaves it mutated
+        assert (diff.count("\n-") == 1) if plan[attempt["run_id"]]["system"] == "strong" else diff == ""
+    assert run_problems(folder, prereg_dir=prereg) == []
+    assert audit_results(tmp_path / "results" / "rt", prereg=prereg).ok

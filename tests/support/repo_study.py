@@ -4,14 +4,22 @@ with the catalog's `llm-edit` worker: the builders of the repo_task runner tests
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.prereg.freeze import freeze
 from tests.support.design import write_design
 from tests.support.paths import REPO
+from tests.support.sim import sim_systems
 
 TASKS_SUITE = REPO / "evals" / "tasks-suite"
+MUTANTS = REPO / "evals" / "mutants"
 
 
 def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float = 0.01, items: int = 4,
@@ -22,7 +30,7 @@ def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: 
     packet_sha = json.loads((suite / "SUITE.json").read_text())["packet_sha256"]
     design = {
         "study": {"id": study, "seed": 17, "title": "repo-task runner test"},
-        "suite": {"name": "tasks", "packet": str(suite / "packet.jsonl"), "packet_sha256": packet_sha},
+        "suite": {"name": json.loads((suite / "SUITE.json").read_text())["suite"], "packet": str(suite / "packet.jsonl"), "packet_sha256": packet_sha},
         "draw": {"items": items},
         "systems": [
             {"slot": "cheap", "provider": "sim", "model": "sim-flash", "setting": "default",
@@ -48,3 +56,26 @@ def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: 
     if frozen:
         freeze(folder)
     return folder
+
+
+@contextlib.contextmanager
+def mutant_sim(root: Path, skills: dict[str, float]) -> Iterator[str]:
+    """`proctor sim serve` answering the mutant suite (its sim_answers: the reference fix at the system's
+    skill, else the mutated file); yields the base URL, stops it after."""
+    systems = sim_systems(root / "mutant-systems.json", skills)
+    ready = root / "mutant-sim-ready.json"
+    argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", "--ready-file", str(ready),
+            "--systems", str(systems), "--seed", "5", "--answers", str(MUTANTS / "private" / "sim_answers.jsonl")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    env["PROCTOR_SIM_LATENCY_SCALE"] = "0"
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline, "the simulator did not get ready"
+            time.sleep(0.05)
+        yield str(json.loads(ready.read_text())["url"])
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)

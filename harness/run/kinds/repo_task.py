@@ -68,8 +68,11 @@ class WorkOrder:
     rerun: int
     attempt: int
     started: float
-    task_path: str
+    task_path: str | None
+    """The item's task file (a `workspace` item); None for a `snapshot` item, whose task is laid out
+    from the suite's private part (`harness.evals.mutants.write_task`)."""
     snapshot: str
+    """The workspace folder to copy (a `workspace` item), or the suite folder (a `snapshot` item)."""
     snapshot_tree: str
     catalog_path: str
     upstream: str
@@ -177,18 +180,28 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
     refusal: str | None = None
     passed: bool | None = None
     error: tuple[str, str] | None = None
+    task_path = order.task_path or os.path.join(tmp, "task", "task.json")
+    before = order.snapshot if order.task_path is not None else os.path.join(tmp, "before")
     try:
         try:
-            shutil.copytree(order.snapshot, ws, symlinks=True)
-            if tree_signature(ws).digest != order.snapshot_tree:
-                raise VerifierUnavailable(f"the snapshot of item {r.item} is not the packet's tree")
-            _baseline(ws)
-            init_workspace(ws, order.task_path, state)
+            if order.task_path is not None:
+                shutil.copytree(order.snapshot, ws, symlinks=True)
+                if tree_signature(ws).digest != order.snapshot_tree:
+                    raise VerifierUnavailable(f"the snapshot of item {r.item} is not the packet's tree")
+                _baseline(ws)
+            else:  # a snapshot item: the workspace (a git baseline) and task made from the private part
+                from harness.evals.mutants import mutant_item, write_task
+                from harness.evals.suite import load_suite
+
+                task_path = write_task(mutant_item(load_suite(order.snapshot), r.item), os.path.join(tmp, "task"))
+                ws = os.path.join(tmp, "task", "workspace")
+                shutil.copytree(ws, before, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            init_workspace(ws, task_path, state)
         except (Refusal, OSError, VerifierUnavailable) as exc:
             error = ("harness_error", f"the workspace could not be set up: {exc}")
         if error is None:
             try:
-                result = dispatch(ws, order.task_path, state_dir=state, model=r.model,
+                result = dispatch(ws, task_path, state_dir=state, model=r.model,
                                   catalog_path=order.catalog_path, upstream_url=order.upstream,
                                   timeout_s=order.deadline_s, prompt_text=r.prompt)
                 wire = result.wire_log
@@ -210,14 +223,14 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
             error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); last request: {last_error}")
         elif error is None and refusal is None:
             try:
-                verdict = verify(ws, order.task_path, state)
+                verdict = verify(ws, task_path, state)
             except Refusal as exc:  # what the worker left cannot be verified: not passed
                 refusal, passed = exc.code.value, False
             else:
                 passed = verdict.receipt.passed
                 files["verify.json"] = canonical_line(portable_value(verdict.receipt.to_json(), names))
         if error is None:
-            files["diff.patch"] = tree_diff(order.snapshot, ws)
+            files["diff.patch"] = tree_diff(before, ws)
         target = os.path.join(order.stage_folder, folder)
         os.makedirs(target, exist_ok=True)
         for name, data in sorted(files.items()):
@@ -268,6 +281,14 @@ class RepoTaskKind(SuiteKind):
 
         item = self.packet(host).get(r.item)
         private = host.private()[r.item].record
+        frozen = host.s.frozen
+        catalog = str(BUNDLED_CATALOG) if frozen.catalog_sha256 is None else os.path.join(frozen.path, "catalog.toml")
+        common: dict[str, Any] = {
+            "cell": r, "rerun": rerun, "attempt": number, "started": started, "catalog_path": catalog,
+            "upstream": host.s.base_urls[r.system], "price": host.s.prices[r.system],
+            "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder}
+        if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
+            return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="", **common)
         if item.workspace is None or not isinstance(private.get("task"), str):
             raise VerifierUnavailable(f"item {r.item} is not a repository task (no workspace or task file)")
         task_path = os.path.join(self.root, private["task"])
@@ -278,14 +299,8 @@ class RepoTaskKind(SuiteKind):
             source = os.path.join(task.folder, h["from"])
             if sha256_hex(read_bytes(source)) != h["sha256"]:
                 raise VerifierUnavailable(f"item {r.item}: hidden input {h['from']} is not the one the suite sealed")
-        frozen = host.s.frozen
-        catalog = str(BUNDLED_CATALOG) if frozen.catalog_sha256 is None else os.path.join(frozen.path, "catalog.toml")
-        return WorkOrder(
-            cell=r, rerun=rerun, attempt=number, started=started, task_path=task_path,
-            snapshot=os.path.join(self.root, item.workspace), snapshot_tree=str(item.metadata.get("workspace_tree")),
-            catalog_path=catalog, upstream=host.s.base_urls[r.system], price=host.s.prices[r.system],
-            deadline_s=host.rules.attempt_deadline_s, stage_folder=host.s.folder,
-        )
+        return WorkOrder(task_path=task_path, snapshot=os.path.join(self.root, item.workspace),
+                         snapshot_tree=str(item.metadata.get("workspace_tree")), **common)
 
     def preflight(self) -> list[tuple[str, str]]:
         """Every item checks whole (`check_task_suite`) and the sandbox can run here."""
@@ -332,7 +347,7 @@ class RepoTaskKind(SuiteKind):
         manifest = read_json(os.path.join(self.suite_dir, "SUITE.json")).value
         receipt = TaskReceipt(
             suite=host.s.design.suite_name, private_sha256=manifest.get("private_sha256"), item=r.item,
-            task_sha256=str(private.get("task_sha256")), run_id=r.run_id, rerun=state.rerun, attempt_sha256=sha,
+            task_sha256=str(gate.get("task_sha256") or private.get("task_sha256")), run_id=r.run_id, rerun=state.rerun, attempt_sha256=sha,
             passed=work.passed is True, refusal=work.refusal, work=work.folder, files=dict(work.files),
             tree=gate.get("tree"), baseline_tree=gate.get("baseline_tree"), exit_code=gate.get("exit_code"),
             timed_out=bool(gate.get("timed_out")), results=gate.get("results"),
