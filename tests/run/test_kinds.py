@@ -37,7 +37,7 @@ def test_a_packet_without_a_manifest_is_a_completion_suite_and_an_unknown_kind_i
     (suite / "SUITE.json").write_text(json.dumps({**manifest, "kind": "essay"}))
     with pytest.raises(Refusal) as caught:
         kind_for(str(suite))
-    assert caught.value.code == Code.SUITE_INVALID and "essay" in caught.value.message
+    assert caught.value.code == Code.SUITE_KIND_UNKNOWN and caught.value.details["kind"] == "essay"
 
 
 def test_tree_diff_shows_changed_added_and_removed_files_and_nothing_for_an_unchanged_tree(tmp_path: Path) -> None:

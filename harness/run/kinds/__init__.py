@@ -28,7 +28,7 @@ def kind_for(suite_dir: str) -> SuiteKind:
     """The kind of the suite in `suite_dir`; a packet without a SUITE.json beside it is a completion suite.
 
     Raises:
-        Refusal: `suite_invalid` for a SUITE.json that does not read or names an unknown kind.
+        Refusal: `suite_invalid` for a SUITE.json that does not read, `suite_kind_unknown` for an unknown kind.
     """
     if not os.path.lexists(os.path.join(suite_dir, "SUITE.json")):
         return CompletionKind(suite_dir)
