@@ -15,6 +15,7 @@ from typing import Any, Final
 from harness.errors import Code, MeterRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log
+from harness.evidence.group import GroupLog, GroupWriter
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.exchange import (
@@ -166,10 +167,17 @@ def _header(headers: Mapping[str, str] | None, *names: str) -> str | None:
 class WireLog:
     """The writer of the wire log at `path` named `name` (seed `proctor-wire:<name>`)."""
 
-    def __init__(self, path: PathArg, name: str) -> None:
+    def __init__(self, path: PathArg, name: str, *, group: GroupWriter | None = None) -> None:
+        """`group`: stage the lines through a group-commit writer (durable once its ticket is)."""
         self.path = os.fspath(path)
         self.name = name
-        self._log = ChainedLog(self.path, wire_seed(name))
+        self._log: ChainedLog | GroupLog = (ChainedLog(self.path, wire_seed(name)) if group is None
+                                            else group.log(self.path, wire_seed(name)))
+
+    def _append(self, record: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(self._log, GroupLog):
+            return self._log.stage(record)
+        return self._log.append(record)
 
     @property
     def appended(self) -> int:
@@ -187,7 +195,7 @@ class WireLog:
         stream = request_streams(req.api_shape, req.url, req.body)
         derived = describe_response(req.api_shape, exchange.raw_response, stream=stream)
         parsed = exchange.parsed
-        return self._log.append(_record(
+        return self._append(_record(
             api_shape=req.api_shape, model=req.model, method="POST", url=req.url, request_body=req.body,
             status=exchange.status, response_raw=exchange.raw_response, content_encoding=None, stream=stream,
             started=exchange.started, ended=exchange.ended, latency_s=exchange.latency_s,
@@ -233,7 +241,7 @@ class WireLog:
         if request_id is not None:
             scrubbed, hit = _scrub(request_id.encode("utf-8", "surrogateescape"), hidden)
             request_id, redacted = scrubbed.decode("utf-8", "replace"), redacted or hit
-        return self._log.append(_record(
+        return self._append(_record(
             api_shape=api_shape, model=model, method=method, url=url, request_body=request_body,
             status=status, response_raw=response_raw, content_encoding=coding, stream=stream,
             started=started, ended=ended, latency_s=ended - started if latency_s is None else latency_s,

@@ -49,7 +49,7 @@ class Finals(EngineCore):
                 receipt=None if receipt is None else receipt[0],
                 receipt_sha256=None if receipt is None else receipt[1], replaced=replaced, at=self.clock.now(),
             )
-            written = self.logs["finals"].append(final.to_json())
+            written = self.logs["finals"].stage(final.to_json())
             was_standing = state.standing
             state.finals.append((0, final, canonical_bytes(written)))
             self._final_written_locked(state, final, was_standing)
@@ -102,7 +102,7 @@ class Finals(EngineCore):
         data = canonical_line(receipt)
         path = os.path.join(self.s.folder, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        atomic_write(path, data, mode=0o644)
+        self.writer.stage_file(path, data, mode=0o644)  # durable (group flush) before the final naming it
         return name, sha256_hex(data), bool(receipt["passed"])
 
     def _packet_prompt(self, item: str) -> str:
@@ -123,3 +123,4 @@ class Finals(EngineCore):
                 self.stop(state.request.system, "harness", f"the verifier failed: {exc}")
                 return
         self.write_final(state, receipt)
+        await self.writer.settle()
