@@ -87,11 +87,10 @@ class Lanes(Finals):
                 # resolved on resume at the reserve (or its true cost from the wire log)
                 self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
                                    attempt=number, reserve_usd=self.reserve)
+                started = self.clock.now()  # under the lock of the admission: before any later stop
         await self.writer.settle()  # the decision and the intent durable before acting on them
         if not admitted:
             return None
-        with self.lock:
-            started = self.clock.now()
         assert self.transport is not None and self.ceiling_event is not None
         send = asyncio.ensure_future(self.transport.asend(request, credential))
         ceiling = asyncio.ensure_future(self.ceiling_event.wait())
