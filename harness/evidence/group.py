@@ -51,7 +51,7 @@ class GroupLog:
     """One chained log written through a `GroupWriter` (the only writer of the file while it runs).
 
     `stage` returns the records as they will be written (`prev`, and `seed` on the first line);
-    they are durable once the writer's ticket for them is (`GroupWriter.wait`, `settle`, `sync`).
+    they are durable once the writer's ticket for them is (`GroupWriter.wait`, `GroupWriter.settle`).
     """
 
     def __init__(self, writer: GroupWriter, index: int, path: PathArg, seed: str) -> None:
@@ -67,6 +67,8 @@ class GroupLog:
         self._size = 0  # bytes on disk after the last flush
         self._appended = 0
         self._appended_head: str | None = None
+        self.ticket = 0
+        """The ticket of this log's last stage (`GroupWriter.wait(log.ticket)`)."""
 
     @property
     def appended(self) -> int:
@@ -243,7 +245,7 @@ class GroupWriter:
             segment = self._segment_locked()
             segment.lines.setdefault(log._index, []).extend(lines)
             self._staged += 1
-            segment.last = self._staged
+            segment.last = log.ticket = self._staged
             if barrier:
                 self._open = None
             self._cond.notify_all()
@@ -304,7 +306,6 @@ class GroupWriter:
                     raise self._refusal()
                 self._cond.wait()
 
-    sync = wait
 
     async def settle(self, ticket: int | None = None) -> None:
         """`wait` for an event loop: awaits `ticket` (default: everything staged so far)."""
@@ -330,9 +331,11 @@ class GroupWriter:
                     return
                 batch, self._pending, self._open = self._pending, [], None
             error: Refusal | None = None
+            flushed = self._durable
             try:
                 for segment in batch:
                     self._flush(segment)
+                    flushed = segment.last
             except Refusal as exc:
                 error = exc if exc.code in (Code.LOG_WRITE_FAILED, Code.LOG_CHANGED) else LogRefusal(
                     Code.LOG_WRITE_FAILED, f"{exc.code}: {exc.message}", exc.path)
@@ -340,9 +343,8 @@ class GroupWriter:
                 error = LogRefusal(Code.LOG_WRITE_FAILED, f"flush failed: {exc.strerror or exc}", exc.filename)
             with self._cond:
                 self.flushes += 1
-                if error is None:
-                    self._durable = batch[-1].last
-                else:
+                self._durable = flushed  # the groups written before a failure stay durable
+                if error is not None:
                     self._error = error
                     for segment in self._pending:  # staged during the failed flush: never written
                         for op in segment.files:
@@ -351,9 +353,10 @@ class GroupWriter:
                 self._cond.notify_all()
                 done = [w for w in self._waiters if error is not None or w[0] <= self._durable]
                 self._waiters = [w for w in self._waiters if w not in done]
-            for _, loop, future in done:
+            for ticket, loop, future in done:
+                failed = None if ticket <= flushed else self._refusal()
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
-                    loop.call_soon_threadsafe(_settle_future, future, None if error is None else self._refusal())
+                    loop.call_soon_threadsafe(_settle_future, future, failed)
             if error is not None:
                 return
 

@@ -138,7 +138,7 @@ def _group_run(folder: Path) -> float:
     def work(k: int) -> None:
         for i in range(k, ROWS, WRITERS):
             log.stage(_row(i))
-            writer.wait()
+            writer.wait(log.ticket)
 
     took = _concurrently(work)
     writer.close()

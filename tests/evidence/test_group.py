@@ -114,7 +114,8 @@ def test_an_event_loop_awaits_durability(tmp_path: Path) -> None:
     async def lane(k: int) -> None:
         for i in range(20):
             log.stage({"k": k, "i": i})
-            ticket = writer.staged
+            ticket = log.ticket
+            assert ticket <= writer.staged
             await writer.settle(ticket)
             assert writer.durable >= ticket
             seen.append(k)
