@@ -62,7 +62,6 @@ class GroupLog:
         self.seed = seed
         self._opened = False
         self._fd: int | None = None
-        self._file: tuple[int, int] | None = None  # (dev, ino) of the open file
         self._head: str | None = None  # the staged head (in memory)
         self._size = 0  # bytes on disk after the last flush
         self._appended = 0
@@ -107,7 +106,7 @@ class GroupLog:
         except BaseException:
             os.close(fd)
             raise
-        self._fd, self._file, self._size, self._head = fd, (st.st_dev, st.st_ino), st.st_size, head
+        self._fd, self._size, self._head = fd, st.st_size, head
         self._opened = True
 
     def _lines(self, records: list[Mapping[str, Any]]) -> tuple[list[bytes], list[dict[str, Any]]]:
@@ -145,20 +144,12 @@ class GroupLog:
         """Write `lines` with one write and one fsync, refusing a file another writer changed."""
         created = False
         if self._fd is None:
-            fd, created = self._chain._open_for_write(append=True)
-            self._fd = fd
-            st = os.fstat(fd)
-            self._file = (st.st_dev, st.st_ino)
+            self._fd, created = self._chain._open_for_write(append=True)
         fd = self._fd
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             st = os.fstat(fd)
-            try:
-                at_path = os.stat(self.path)
-                same = (at_path.st_dev, at_path.st_ino) == self._file
-            except FileNotFoundError:
-                same = False
-            if not same or st.st_size != self._size:
+            if st.st_size != self._size:
                 raise LogRefusal(Code.LOG_CHANGED, f"another writer changed the log between flushes (its size "
                                  f"is {st.st_size}, this writer's {self._size})", self.path)
             data = b"\n".join(lines) + b"\n"
@@ -195,7 +186,9 @@ class GroupWriter:
     def __init__(self, *, fsync: Callable[[int], None] = os.fsync, name: str = "proctor-group") -> None:
         self._fsync = fsync
         self._name = name
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # waiters: a flush ended
+        self._work = threading.Condition(lock)  # the writer thread: something was staged
         self._logs: list[GroupLog] = []
         self._pending: list[_Segment] = []
         self._open: _Segment | None = None  # the segment stages join (None after a barrier or a take)
@@ -248,7 +241,7 @@ class GroupWriter:
             segment.last = log.ticket = self._staged
             if barrier:
                 self._open = None
-            self._cond.notify_all()
+            self._work.notify()
             return out
 
     def stage_file(self, path: PathArg, data: bytes, *, mode: int = 0o600) -> int:
@@ -271,7 +264,7 @@ class GroupWriter:
                 segment.files.append(_FileOp(fd, tmp, target))
                 self._staged += 1
                 segment.last = self._staged
-                self._cond.notify_all()
+                self._work.notify()
                 return self._staged
         except BaseException:
             os.close(fd)
@@ -326,7 +319,7 @@ class GroupWriter:
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
-                    self._cond.wait()
+                    self._work.wait()
                 if not self._pending:
                     return
                 batch, self._pending, self._open = self._pending, [], None
@@ -395,6 +388,7 @@ class GroupWriter:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._work.notify()
             thread = self._thread
         if thread is not None:
             thread.join()
