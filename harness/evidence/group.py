@@ -12,6 +12,7 @@ import fcntl
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,8 +141,8 @@ class GroupLog:
         self._appended_head = head
         return lines, out
 
-    def _flush(self, lines: list[bytes], fsync: Callable[[int], None]) -> None:
-        """Write `lines` with one write and one fsync, refusing a file another writer changed."""
+    def _write(self, lines: list[bytes]) -> None:
+        """Append `lines` with one write (under the log's `flock`), refusing a file another writer changed."""
         created = False
         if self._fd is None:
             self._fd, created = self._chain._open_for_write(append=True)
@@ -155,14 +156,18 @@ class GroupLog:
             data = b"\n".join(lines) + b"\n"
             _write_all(fd, data, self.path)
             self._size += len(data)
-            try:
-                fsync(fd)
-            except OSError as exc:
-                raise LogRefusal(Code.LOG_WRITE_FAILED, f"fsync failed: {exc.strerror or exc}", self.path) from None
             if created:
                 fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _sync(self, fsync: Callable[[int], None]) -> None:
+        """One fsync of everything written so far."""
+        assert self._fd is not None
+        try:
+            fsync(self._fd)
+        except OSError as exc:
+            raise LogRefusal(Code.LOG_WRITE_FAILED, f"fsync failed: {exc.strerror or exc}", self.path) from None
 
     def _close(self) -> None:
         if self._fd is not None:
@@ -199,6 +204,8 @@ class GroupWriter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._files = 0
+        self._syncer: ThreadPoolExecutor | None = None  # one fsync of a group's last log left in flight
+        self._inflight: tuple[int, Future[None]] | None = None
         self.flushes = 0
         """Flushes done (each: one fsync per log with lines, per file and per folder of files)."""
 
@@ -316,6 +323,16 @@ class GroupWriter:
     # ---- the writer thread
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self._inflight is not None:  # its own completion publishes it (or its failure)
+                with contextlib.suppress(Exception):
+                    self._inflight[1].result()
+            if self._syncer is not None:
+                self._syncer.shutdown(wait=True)
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
@@ -323,37 +340,68 @@ class GroupWriter:
                 if not self._pending:
                     return
                 batch, self._pending, self._open = self._pending, [], None
-            error: Refusal | None = None
-            flushed = self._durable
             try:
                 for segment in batch:
                     self._flush(segment)
-                    flushed = segment.last
             except Refusal as exc:
-                error = exc if exc.code in (Code.LOG_WRITE_FAILED, Code.LOG_CHANGED) else LogRefusal(
-                    Code.LOG_WRITE_FAILED, f"{exc.code}: {exc.message}", exc.path)
-            except OSError as exc:
-                error = LogRefusal(Code.LOG_WRITE_FAILED, f"flush failed: {exc.strerror or exc}", exc.filename)
-            with self._cond:
-                self.flushes += 1
-                self._durable = flushed  # the groups written before a failure stay durable
-                if error is not None:
-                    self._error = error
-                    for segment in self._pending:  # staged during the failed flush: never written
-                        for op in segment.files:
-                            self._discard(op)
-                    self._pending, self._open = [], None
-                self._cond.notify_all()
-                done = [w for w in self._waiters if error is not None or w[0] <= self._durable]
-                self._waiters = [w for w in self._waiters if w not in done]
-            for ticket, loop, future in done:
-                failed = None if ticket <= flushed else self._refusal()
-                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
-                    loop.call_soon_threadsafe(_settle_future, future, failed)
-            if error is not None:
+                self._fail(exc if exc.code in (Code.LOG_WRITE_FAILED, Code.LOG_CHANGED) else LogRefusal(
+                    Code.LOG_WRITE_FAILED, f"{exc.code}: {exc.message}", exc.path))
                 return
+            except OSError as exc:
+                self._fail(LogRefusal(Code.LOG_WRITE_FAILED, f"flush failed: {exc.strerror or exc}", exc.filename))
+                return
+            finally:
+                with self._cond:
+                    self.flushes += 1
+
+    def _publish(self, last: int) -> None:
+        """Tickets up to `last` are durable."""
+        with self._cond:
+            if self._error is not None or last <= self._durable:
+                return
+            self._durable = last
+            self._cond.notify_all()
+            done = [w for w in self._waiters if w[0] <= last]
+            self._waiters = [w for w in self._waiters if w[0] > last]
+        for _, loop, future in done:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
+                loop.call_soon_threadsafe(_settle_future, future, None)
+
+    def _fail(self, error: Refusal) -> None:
+        """A failed flush: every waiter past the durable tickets, and every later stage, is refused."""
+        with self._cond:
+            if self._error is not None:
+                return
+            self._error = error
+            for segment in self._pending:  # staged during the failed flush: never written
+                for op in segment.files:
+                    self._discard(op)
+            self._pending, self._open = [], None
+            self._cond.notify_all()
+            self._work.notify()
+            done, self._waiters = self._waiters, []
+        for _, loop, future in done:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_future, future, self._refusal())
+
+    def _synced(self, log: GroupLog, last: int) -> None:
+        """The deferred fsync of a group's last log (on the syncer thread)."""
+        try:
+            log._sync(self._fsync)
+        except Refusal as exc:
+            self._fail(exc)
+            raise
+        self._publish(last)
 
     def _flush(self, segment: _Segment) -> None:
+        """Write one group. Its last log's fsync may be left in flight (on the syncer thread) while the
+        next group writes that same log: a second fsync in flight, covering both."""
+        order = sorted(segment.lines)
+        if self._inflight is not None:
+            index, future = self._inflight
+            if future.done() or segment.files or not order or order[0] != index:
+                self._inflight = None
+                future.result()  # a failure was published by `_synced`: raised here, ends the writer
         folders: list[str] = []
         try:
             while segment.files:
@@ -373,8 +421,16 @@ class GroupWriter:
                 self._discard(op)
         for folder in folders:
             fsync_dir(folder)
-        for index in sorted(segment.lines):
-            self._logs[index]._flush(segment.lines[index], self._fsync)
+        for n, index in enumerate(order):
+            log = self._logs[index]
+            log._write(segment.lines[index])
+            if n == len(order) - 1 and self._inflight is None:
+                if self._syncer is None:
+                    self._syncer = ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-fsync")
+                self._inflight = (index, self._syncer.submit(self._synced, log, segment.last))
+                return
+            log._sync(self._fsync)
+        self._publish(segment.last)
 
     @staticmethod
     def _discard(op: _FileOp) -> None:

@@ -47,11 +47,11 @@ class Fsyncs:
         path = os.readlink(f"/proc/self/fd/{fd}")
         if self.fail is not None and self.fail(path):
             raise OSError(errno.EIO, "Input/output error")
+        with self.lock:  # in the order the fsyncs start
+            self.paths.append(os.path.basename(path))
         os.fsync(fd)
         if self.delay_s:
             time.sleep(self.delay_s)
-        with self.lock:
-            self.paths.append(os.path.basename(path))
 
 
 def test_the_bytes_are_a_chained_logs_and_the_returned_records_are_as_written(tmp_path: Path) -> None:
@@ -131,35 +131,51 @@ def test_an_event_loop_awaits_durability(tmp_path: Path) -> None:
 
 def test_a_flush_writes_files_then_logs_in_their_order_and_a_barrier_splits_it(tmp_path: Path) -> None:
     fsyncs = Fsyncs()
-    gate = threading.Event()
-    original = fsyncs.__call__
-
-    def slow_first(fd: int) -> None:  # hold the first flush so that the next one batches everything
-        gate.wait(10)
-        original(fd)
-
-    writer = GroupWriter(fsync=slow_first)
+    writer = GroupWriter(fsync=fsyncs)
     first = writer.log(tmp_path / "first.jsonl", "s1")
     second = writer.log(tmp_path / "second.jsonl", "s2")
     (tmp_path / "receipts").mkdir()
-    first.stage({"warm": 1})  # flush 1, held at its fsync
-    while writer._pending:  # until the writer took it
-        time.sleep(0.001)
-    second.stage({"b": 1})
-    ticket = writer.stage_file(tmp_path / "receipts" / "r.json", b'{"r":1}\n', mode=0o644)
-    first.stage({"a": 1})
-    second.stage({"b": 2}, barrier=True)
-    first.stage({"a": 2})  # after the barrier: a later group, so after second's b:2
-    assert not (tmp_path / "receipts" / "r.json").exists()  # renamed into place by the flush only
-    gate.set()
+    with writer._cond:  # the writer thread waits: everything below is one batch
+        second.stage({"b": 1})
+        ticket = writer.stage_file(tmp_path / "receipts" / "r.json", b'{"r":1}\n', mode=0o644)
+        first.stage({"a": 1})
+        second.stage({"b": 2}, barrier=True)
+        first.stage({"a": 2})  # after the barrier: a later group, so after second's b:2
+        assert not (tmp_path / "receipts" / "r.json").exists()  # renamed into place by the flush only
     writer.wait()
     writer.close()
     assert writer.durable >= ticket
     assert (tmp_path / "receipts" / "r.json").read_bytes() == b'{"r":1}\n'
     assert oct((tmp_path / "receipts" / "r.json").stat().st_mode & 0o777) == "0o644"
-    assert fsyncs.paths == ["first.jsonl", f".r.json.g1.tmp-{os.getpid()}", "first.jsonl", "second.jsonl",
-                            "first.jsonl"]
+    assert fsyncs.paths == [f".r.json.g1.tmp-{os.getpid()}", "first.jsonl", "second.jsonl", "first.jsonl"]
     assert os.listdir(tmp_path / "receipts") == ["r.json"]
+    assert [r["a"] for r in read_log(tmp_path / "first.jsonl", "s1")] == [1, 2]
+
+
+def test_the_next_group_of_the_same_log_writes_while_the_last_fsync_is_in_flight(tmp_path: Path) -> None:
+    """A group's last fsync is left in flight; the next group of the same log writes and syncs beside it,
+    and its fsync covers both (two fsyncs in flight, as concurrent raw appenders get)."""
+    release = threading.Event()
+    started: list[int] = []
+
+    def held_fsync(fd: int) -> None:
+        started.append(fd)
+        if len(started) == 1:
+            release.wait(10)  # the first fsync stays in flight
+        os.fsync(fd)
+
+    writer = GroupWriter(fsync=held_fsync)
+    log = writer.log(tmp_path / "log.jsonl", SEED)
+    log.stage({"i": 0})
+    first = log.ticket
+    while not started:
+        time.sleep(0.001)
+    log.stage({"i": 1})
+    writer.wait(log.ticket)  # durable by the second fsync, the first still held
+    assert writer.durable >= first and len(started) == 2 and not release.is_set()
+    release.set()
+    writer.close()
+    assert [r["i"] for r in read_log(tmp_path / "log.jsonl", SEED)] == [0, 1]
 
 
 def test_a_staged_files_temporary_name_is_one_the_runner_removes_after_a_kill(tmp_path: Path) -> None:
