@@ -184,6 +184,7 @@ class Code(StrEnum):
     PROXY_UPSTREAM_INVALID = "proxy_upstream_invalid"
     PROXY_NOT_LOOPBACK = "proxy_not_loopback"
     PROXY_PORT_UNAVAILABLE = "proxy_port_unavailable"
+    ALLOWANCE_INVALID = "allowance_invalid"
 
     # record: `proctor record` cannot record the run
     PRICING_WITHOUT_WIRE = "pricing_without_wire"
@@ -202,6 +203,16 @@ class Code(StrEnum):
     PROMPT_FILE_MISSING = "prompt_file_missing"
     SCOPE_INVALID = "scope_invalid"
     SCOPE_FILE_NOT_TEXT = "scope_file_not_text"
+    REPAIR_TURNS_INVALID = "repair_turns_invalid"
+    TESTS_ARGV_INVALID = "tests_argv_invalid"
+
+    # agent arms: an arm's worker or its agent command template is invalid
+    ARM_WORKER_UNKNOWN = "arm_worker_unknown"
+    ARM_WORKER_INVALID = "arm_worker_invalid"
+    AGENT_TEMPLATE_SHELL_STRING = "agent_template_shell_string"
+    AGENT_TEMPLATE_EMPTY = "agent_template_empty"
+    AGENT_TEMPLATE_PLACEHOLDER_UNKNOWN = "agent_template_placeholder_unknown"
+    AGENT_TEMPLATE_INVALID = "agent_template_invalid"
 
     # simulator: the provider simulator cannot start
     SIM_HOST_NOT_LOOPBACK = "sim_host_not_loopback"
@@ -481,6 +492,8 @@ AREAS: Final[tuple[Area, ...]] = _runs(
          Code.PRODUCTION_TASK_IN_MODEL_MODE),
     Area("llm-edit worker", "the llm-edit worker cannot start", WorkerRefusal,
          Code.PROMPT_FILE_MISSING, also=(Code.SCOPE_EMPTY,)),
+    Area("agent arms", "an arm's worker or its agent command template is invalid", WorkerRefusal,
+         Code.ARM_WORKER_UNKNOWN),
     Area("simulator", "the provider simulator cannot start", ProviderRefusal,
          Code.SIM_HOST_NOT_LOOPBACK),
     Area("folders", "a folder cannot be read", InputRefusal, Code.FOLDER_MISSING),
