@@ -25,7 +25,10 @@ from tests.support.provider_server import ProviderServer
 PRICING = load_pricing(None)
 FLASH = PRICING.get("sim-flash")
 USAGE = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
-COST = meter(TokenUsage(input=120, output=30), FLASH).total  # what every canned answer meters to
+_COST = meter(TokenUsage(input=120, output=30), FLASH).total
+assert _COST is not None
+COST: float = _COST
+"""What every canned answer meters to."""
 
 
 def chat(content: str = "ok") -> bytes:
@@ -75,7 +78,8 @@ def test_the_ledger_admits_while_settled_costs_holds_and_the_worst_case_fit() ->
     first, left = ledger.admit(0.1)
     second, _ = ledger.admit(0.1)
     assert first is not None and second is not None and left == 0.25
-    assert ledger.admit(0.1) == (None, pytest.approx(0.05))  # two holds of 0.1: 0.3 would cross 0.25
+    stopped, remaining = ledger.admit(0.1)  # two holds of 0.1: 0.3 would cross 0.25
+    assert stopped is None and remaining == pytest.approx(0.05)
     ledger.settle(first, 0.01)
     ledger.settle(second, None)  # unknown: counts its worst case
     assert ledger.spent() == pytest.approx(0.11)
