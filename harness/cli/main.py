@@ -185,6 +185,12 @@ def _parser() -> _Parser:
     p.add_argument("--task-id", help="default: $PROCTOR_TASK_ID")
     p.add_argument("--catalog", help="catalog file (default: $PROCTOR_CATALOG, then the bundled one)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per provider call phase")
+    p.add_argument("--repair-turns", type=int, default=0, metavar="N",
+                   help="after the edit, run the visible tests and show the model their failures, up to N turns "
+                        "(default 0: single shot)")
+    p.add_argument("--tests-argv", metavar="JSON", help="the visible tests' argv as a JSON array "
+                                                        "(default: $PROCTOR_TESTS_ARGV; {python}: this interpreter)")
+    p.add_argument("--tests-timeout", type=float, default=300.0, help="seconds per visible test run")
     p.set_defaults(handler=models.worker_llm_edit)
 
     ledger = sub.add_parser("ledger", help="Check or repair a chained JSONL log.")
