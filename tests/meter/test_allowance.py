@@ -182,3 +182,17 @@ def test_a_budget_stop_record_must_be_the_proxys_own_402(tmp_path: Path) -> None
             log.append_raw("openai_chat", "sim-flash", "http://127.0.0.1/v1/chat/completions", request(0), status,
                            b"{}", 0.0, 0.0, via, error_code="budget_stop")
         assert caught.value.code == "wire_record_invalid"
+
+
+def test_a_forged_budget_stop_line_is_refused_on_reading(tmp_path: Path) -> None:
+    from harness.evidence.chain import ChainedLog
+    from harness.meter.wire import WireLog
+
+    good = WireLog(tmp_path / "good.jsonl", "x").append_raw(
+        "openai_chat", "sim-flash", "http://127.0.0.1/v1/chat/completions", request(0), 200, chat(), 0.0, 0.0)
+    forged = {k: v for k, v in good.items() if k not in ("prev", "seed")}
+    forged["error_code"] = "budget_stop"  # claims it was never sent, yet carries a 200 with usage
+    ChainedLog(str(tmp_path / "forged.jsonl"), wire_seed("x")).append(forged)
+    with pytest.raises(Refusal) as caught:
+        read_wire(tmp_path / "forged.jsonl", "x")
+    assert caught.value.code == "wire_record_invalid" and "budget stop" in caught.value.message
