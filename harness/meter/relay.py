@@ -154,7 +154,8 @@ class UnixProxyServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: ProxyServer
-    _written: dict[str, Any] | None = None
+    _ticket: int | None = None
+    """The allowance hold of the exchange in progress (None: no allowance, or settled)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the wire log is the record."""
@@ -242,9 +243,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._exchange(body)
 
     def _record(self, **kwargs: Any) -> dict[str, Any] | None:
-        """Record through the server, keeping what was written for the allowance's settlement."""
-        self._written = self.server.record(**kwargs)
-        return self._written
+        """Record through the server; an exchange holding part of the allowance is settled at once
+        (before a whole response is delivered, so the client's next request sees it settled)."""
+        written = self.server.record(**kwargs)
+        ledger, ticket = self.server.ledger, self._ticket
+        if ledger is not None and ticket is not None:
+            self._ticket = None
+            cost = None if written is None else exchange_cost(written, ledger.allowance.pricing, ledger.allowance.keys)
+            ledger.settle(ticket, cost)
+        return written
 
     def _exchange(self, body: bytes) -> None:
         ledger = self.server.ledger
@@ -259,13 +266,13 @@ class _Handler(BaseHTTPRequestHandler):
         if ticket is None:
             self._budget_stop(body, worst, remaining)
             return
-        self._written = None
+        self._ticket = ticket
         try:
             self._send_upstream(body)
         finally:
-            written = self._written
-            ledger.settle(ticket, None if written is None else exchange_cost(written, ledger.allowance.pricing,
-                                                                                 ledger.allowance.keys))
+            if self._ticket is not None:  # never recorded (the handler failed): count its worst case
+                self._ticket = None
+                ledger.settle(ticket, None)
 
     def _budget_stop(self, body: bytes, worst: float, remaining: float) -> None:
         """Answer 402 `budget_stop` without sending anything upstream, and log it as not sent ($0)."""
