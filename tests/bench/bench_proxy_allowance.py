@@ -9,7 +9,8 @@ never to stop (each request is bounded, admitted, held, recorded, re-read and
 settled). One keep-alive client sends the requests one after another, the
 two proxies taking turns in rounds of ROUND requests so that they share the
 machine's conditions; the bench prints the mean milliseconds per request of
-each and their ratio (allowance / peer).
+each and their ratio (allowance / peer), and records its row for docs/benchmarks.md
+(tests/bench/table.py renders it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from harness.meter.allowance import Allowance
 from harness.meter.pricing import load_pricing
 from harness.meter.proxy import start_proxy
+from tests.support.bench import Row, record
 from tests.support.provider_server import ProviderServer
 
 pytestmark = pytest.mark.bench
@@ -57,3 +59,9 @@ def test_allowance_overhead_per_request(tmp_path: Path) -> None:
     peer_ms, allow_ms = 1000 * spent["peer"] / n, 1000 * spent["allowance"] / n
     print(f"\nproxy without allowance (peer): {peer_ms:.3f} ms/request; with allowance: {allow_ms:.3f} ms/request; "
           f"ratio {allow_ms / peer_ms:.3f} ({n} requests each)")
+    record("proxy_allowance", [Row(
+        f"the metering proxy with an attempt's allowance, {n} sequential requests, rounds of {ROUND} alternating",
+        f"with an allowance (bound, admit, hold, record, settle): {allow_ms:.1f} ms per request",
+        "the same proxy without one", f"{peer_ms:.1f} ms per request", f"{allow_ms / peer_ms:.2f}x",
+        ".venv/bin/python -m pytest -q -p no:xdist -o python_files='bench_*.py' tests/bench/bench_proxy_allowance.py -s",
+    )])
