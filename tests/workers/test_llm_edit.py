@@ -282,7 +282,7 @@ def test_scope_and_prompt_come_from_the_dispatch_environment(
 # --- the repair loop ----------------------------------------------------------------------------
 
 
-def tests_argv(name: str) -> str:
+def visible_argv(name: str) -> str:
     """The task's verifier argv as --tests-argv (`{python}` is llm-edit's own interpreter)."""
     return json.dumps(task_doc(name)["verifier"]["argv"])
 
@@ -316,7 +316,7 @@ def test_repair_turns_show_the_failures_until_the_tests_pass(
     setup = task_setup("intervals")
     proxy, env = proxied_requests(tmp_path, url)
     with proxy:
-        r = llm_edit(setup, "intervals", env, "--repair-turns", "3", "--tests-argv", tests_argv("intervals"))
+        r = llm_edit(setup, "intervals", env, "--repair-turns", "3", "--tests-argv", visible_argv("intervals"))
     assert r.code == 0, r.out
     assert r.out["repair_turns"] == 3 and r.out["turns_used"] == 2 and r.out["visible_passed"] is True
     visible = [t["visible"] for t in r.out["turns"]]
@@ -344,7 +344,7 @@ def test_repair_turns_are_bounded_and_the_failure_shown_is_bounded(
     setup = task_setup("intervals")
     proxy, env = proxied_requests(tmp_path, url)
     with proxy:
-        r = llm_edit(setup, "intervals", env, "--repair-turns", "2", "--tests-argv", tests_argv("intervals"))
+        r = llm_edit(setup, "intervals", env, "--repair-turns", "2", "--tests-argv", visible_argv("intervals"))
     assert r.code == 0 and r.out["turns_used"] == 3 and r.out["visible_passed"] is False, r.out
     assert [t["visible"]["passed"] for t in r.out["turns"]] == [False, False, False]
     records = read_wire(tmp_path / "wire.jsonl")
@@ -360,7 +360,7 @@ def test_a_skilled_model_stops_after_the_first_turn(
     url = sim_server(systems=sim_systems(tmp_path / "skilled.json", {"sim-flash": 1.0}))
     setup = task_setup("wordfreq")
     r = llm_edit(setup, "wordfreq", {"PROCTOR_SIM_URL": url}, "--repair-turns", "4", "--tests-argv",
-                 tests_argv("wordfreq"))
+                 visible_argv("wordfreq"))
     assert r.code == 0 and r.out["turns_used"] == 1 and r.out["turns"][0]["visible"]["passed"] is True, r.out
 
 
@@ -383,7 +383,7 @@ def test_a_run_that_hits_the_allowance_on_turn_k_sent_k_minus_1_requests(
     assert first.root == tmp_path
     with start_proxy(url, calibration / "wire.jsonl", name="cal", allowance=Allowance(10.0, pricing, 1.0)) as proxy:
         r = llm_edit(first, "intervals", {"PROCTOR_SIM_URL": proxy.url}, "--repair-turns", "3", "--tests-argv",
-                     tests_argv("intervals"))
+                     visible_argv("intervals"))
     assert r.code == 0 and r.out["turns_used"] == 4, r.out
     costs = [c for rec in read_wire(calibration / "wire.jsonl") if (c := meter_wire([rec], pricing).cost.total)]
     assert len(costs) == 4
@@ -399,7 +399,7 @@ def test_a_run_that_hits_the_allowance_on_turn_k_sent_k_minus_1_requests(
     setup = task_setup("intervals")
     with start_proxy(url, run / "wire.jsonl", name="run", allowance=Allowance(limit, pricing, reserve)) as proxy:
         r = llm_edit(setup, "intervals", {"PROCTOR_SIM_URL": proxy.url}, "--repair-turns", "3", "--tests-argv",
-                     tests_argv("intervals"))
+                     visible_argv("intervals"))
         summary = proxy.summary()
     assert r.code == 76 and r.out["error_code"] == "budget_stop" and r.out["ok"] is False, r.out
     assert r.out["turns_used"] == k and r.out["turns"][-1]["error_code"] == "budget_stop"
@@ -421,8 +421,8 @@ def test_repair_turns_refusals_exit_3_without_a_request(task_setup: Callable[...
         shell = llm_edit(setup, "intervals", env, "--repair-turns", "1", "--tests-argv", '"pytest -q tests"')
         empty = llm_edit(setup, "intervals", env, "--repair-turns", "1", "--tests-argv", "[]")
         not_json = llm_edit(setup, "intervals", env, "--repair-turns", "1", "--tests-argv", "[pytest")
-        negative = llm_edit(setup, "intervals", env, "--repair-turns", "-1", "--tests-argv", tests_argv("intervals"))
-        too_many = llm_edit(setup, "intervals", env, "--repair-turns", "99", "--tests-argv", tests_argv("intervals"))
+        negative = llm_edit(setup, "intervals", env, "--repair-turns", "-1", "--tests-argv", visible_argv("intervals"))
+        too_many = llm_edit(setup, "intervals", env, "--repair-turns", "99", "--tests-argv", visible_argv("intervals"))
         assert server.received == []
     for r in (no_tests, shell, empty, not_json):
         assert r.code == 3 and r.out["refusal"] == "tests_argv_invalid", r.out
