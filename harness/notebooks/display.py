@@ -19,10 +19,12 @@ from harness.evidence.chain_read import read_log, verify_log
 from harness.run.layout import log_seed
 from harness.run.summary import RunProgress, RunSummary
 
-__all__ = ["SCROLL_STYLE", "Table", "anchors_table", "budget_table", "cells_table", "check_table", "power_table",
+__all__ = ["NO_MATH", "SCROLL_STYLE", "Table", "anchors_table", "budget_table", "cells_table", "check_table", "power_table",
            "preflight_table", "progress_table", "summary_table"]
 
 
+NO_MATH = "tex2jax_ignore mathjax_ignore"
+"""The classes that keep MathJax (JupyterLab, the HTML export) from reading dollar amounts as TeX."""
 SCROLL_STYLE = "overflow-x: auto; max-width: 100%;"
 """A table wider than the page scrolls inside its own box; the page itself never scrolls sideways."""
 
@@ -96,8 +98,9 @@ class Table:
         head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(_td(row.get(c)) for c in self.columns) + "</tr>" for row in self.rows)
         note = f"<p>{esc(self.note)}</p>" if self.note else ""
-        return (f"<p><b>{esc(self.title)}</b></p><div class=\"proctor-table\" style=\"{SCROLL_STYLE}\">"
-                f"<table><tr>{head}</tr>{body}</table></div>{note}")
+        # JupyterLab typesets text between two `$` as TeX ("spend $0.01 of ceiling $3.2"): never in a table
+        return (f"<div class=\"{NO_MATH}\"><p><b>{esc(self.title)}</b></p><div class=\"proctor-table\" "
+                f"style=\"{SCROLL_STYLE}\"><table><tr>{head}</tr>{body}</table></div>{note}</div>")
 
 
 def preflight_table(summary: RunSummary) -> Table:

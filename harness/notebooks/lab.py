@@ -83,12 +83,15 @@ def lab_env(environ: Mapping[str, str] | None = None, prefix: str | None = None)
 
 def lab_argv(root: str | os.PathLike[str], *, port: int = 8888, token: str | None = None,
              open_browser: bool = True) -> list[str]:
-    """`jupyter lab` on 127.0.0.1:`port` with `root` as its root folder (port 0 is refused by Jupyter: pick
-    one). `token` None keeps Jupyter's own random token (printed in its log)."""
+    """`jupyter lab` on 127.0.0.1:`port` with `root` as its root folder, the `proctor` kernel by default
+    (`--allow-root` when run as root, as in a CI container). `token` None keeps Jupyter's own random token
+    (printed in its log)."""
     argv = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
             f"--ServerApp.root_dir={os.path.abspath(os.fspath(root))}",
             f"--ServerApp.open_browser={'True' if open_browser else 'False'}",
             f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}"]
     if token is not None:
         argv.append(f"--IdentityProvider.token={token}")
+    if os.geteuid() == 0:  # a container's root (CI): Jupyter refuses root without it
+        argv.append("--allow-root")
     return argv
