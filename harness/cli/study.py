@@ -166,11 +166,13 @@ def lab(args: argparse.Namespace) -> Outcome:
     from harness.evidence.paths import repo_root
     from harness.notebooks.lab import KERNEL_NAME, lab_argv, lab_env, project_kernel
 
+    env = lab_env()
+    os.environ["JUPYTER_PATH"] = env["JUPYTER_PATH"]  # the environment's kernelspec first, as JupyterLab will see it
     folder = project_kernel()
     if args.kernel_only:
         return Outcome.of({"ok": True, "kernel": KERNEL_NAME, "kernelspec": folder})
     argv = lab_argv(repo_root(), port=args.port, token=args.token, open_browser=not args.no_browser)
-    os.execve(argv[0], argv, lab_env())  # JupyterLab takes this process: Ctrl-C stops it as Jupyter does
+    os.execve(argv[0], argv, env)  # JupyterLab takes this process: Ctrl-C stops it as Jupyter does
 
 
 def audit(args: argparse.Namespace) -> Outcome:

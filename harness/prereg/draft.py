@@ -18,7 +18,7 @@ from harness.errors import Code, PreregRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes
 from harness.evidence.paths import repo_root
 from harness.prereg.design import Design, design_from_bytes
-from harness.prereg.folder import CATALOG_NAME, prepare
+from harness.prereg.folder import CATALOG_NAME, prepare, resolve_packet
 from harness.prereg.resolve import PRICING_NAME, resolve_systems
 from harness.providers.catalog import BUNDLED_CATALOG, load_catalog, resolve_model
 
@@ -264,6 +264,7 @@ def draft_prereg(
             with open(os.path.join(building, name), "xb") as fh:
                 fh.write(data)
         prepared = prepare(building)  # as freeze validates it: the folder's entries, manifest, catalog
+        resolve_packet(prepared.design)  # as prereg check does: the packet's sha256, the draw within it
         resolve_systems(building, prepared.design, prepared.catalog, prepared.files)
         if os.path.isdir(target):
             os.rmdir(target)  # empty (checked above); a file appearing since makes this fail loudly

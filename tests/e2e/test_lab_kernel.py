@@ -2,7 +2,7 @@
 through jupyter_client, as JupyterLab executes it, and interrupted as JupyterLab's stop button interrupts it.
 
 The interrupt is the runner's first SIGINT: admission stops, the attempts under way finish and are saved, the
-run logs its signal, stop and end and anchors (`assert_graceful_stop`, the papermill tests' own check), the
+run logs its signal, stop and end and anchors (`assert_interrupted_gracefully`, as the papermill signal tests check), the
 last cell raises `StageInterrupted`, and `proctor run` resumes the stage to the same audited records. A run left
 to finish gives the records `proctor run` gives: the same plan, byte for byte, and the same finals.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from papermill.parameterize import parameterize_notebook
 from harness.audit.audit import audit_results
 from harness.audit.oracle import run_problems
 from harness.notebooks.lab import KERNEL_NAME
-from tests.e2e.test_notebook_signals import assert_graceful_stop, setup
+from tests.support.lab import assert_interrupted_gracefully, slow_study
 from tests.support.paths import REPO
 from tests.support.study import Sim, logs, run_argv, runner_env
 
@@ -40,7 +39,6 @@ def code_cells(parameters: dict[str, Any]) -> list[str]:
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    (tmp_path / "nb").mkdir()
     km, kc = start_new_kernel(kernel_name=KERNEL_NAME, cwd=str(tmp_path), startup_timeout=60)
     try:
         yield km, kc
@@ -68,7 +66,7 @@ def test_an_interrupted_kernel_stops_the_run_as_a_first_sigint_and_proctor_run_r
     tmp_path: Path, sim: Sim, kernel: tuple[KernelManager, BlockingKernelClient]
 ) -> None:
     km, kc = kernel
-    p, results, url = setup(tmp_path, sim, latency=3.0)
+    p, results, url = slow_study(tmp_path, sim, latency=3.0)
     folder = results / "rt" / "A"
     cells = code_cells({"prereg": str(p.relative_to(tmp_path)), "stage": "A", "results": "results",
                         "base_url": url})
@@ -89,7 +87,7 @@ def test_an_interrupted_kernel_stops_the_run_as_a_first_sigint_and_proctor_run_r
         assert run_cell(kc, source)["status"] == "ok"
     last = run_cell(kc, cells[-1])  # require_complete
     assert (last["status"], last["ename"]) == ("error", "StageInterrupted"), last
-    assert_graceful_stop(folder, signal.SIGINT)
+    assert_interrupted_gracefully(folder, signal.SIGINT)
     assert run_problems(folder, prereg_dir=p) == []
     # the same files `proctor run` continues: it resumes the stage, and the study audits clean
     done = subprocess.run(run_argv(p, results), cwd=REPO, env=runner_env(url), capture_output=True, timeout=300)
@@ -102,7 +100,7 @@ def test_a_kernel_run_gives_the_records_proctor_run_gives(
     tmp_path: Path, sim: Sim, kernel: tuple[KernelManager, BlockingKernelClient]
 ) -> None:
     _, kc = kernel
-    p, results, url = setup(tmp_path, sim, latency=0.0)
+    p, results, url = slow_study(tmp_path, sim, latency=0.0)
     for source in code_cells({"prereg": str(p.relative_to(tmp_path)), "stage": "A", "results": "results",
                               "base_url": url}):
         got = run_cell(kc, source)

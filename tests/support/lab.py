@@ -25,8 +25,35 @@ from typing import Any
 import pytest
 
 from harness.notebooks.lab import lab_argv, lab_env, project_kernel
+from tests.support.paths import checkout_at
+from tests.support.study import Sim, logs, prereg, system
 
 WIDTH, HEIGHT = 1400, 1000
+
+
+def slow_study(root: Path, sim: Sim, latency: float) -> tuple[Path, Path, str]:
+    """A frozen 8-item study (sim-flash always passes, sim-glm never) in a checkout at `root`, attempts taking
+    `latency` seconds: (the preregistration, the results root, the simulator's URL)."""
+    checkout_at(root)
+    url = sim([system("sim-flash", 1.0, latency=latency), system("sim-glm", 0.0, latency=latency)],
+              latency_scale=1.0)
+    return prereg(root, items=8), root / "results", url
+
+
+def assert_interrupted_gracefully(folder: Path, signum: int) -> None:
+    """The run logs one signal (`signum`, count 1), a stop with cause `interrupt` and its end (exit 1); nothing
+    started after the signal, an attempt was under way then and finished, every attempt has its run event, and
+    the stage was anchored at its end."""
+    got = logs(folder)
+    sig = [e for e in got["run"] if e["event"] == "signal"]
+    assert [(e["signum"], e["count"]) for e in sig] == [(int(signum), 1)]
+    assert [e["cause"] for e in got["run"] if e["event"] == "stop"] == ["interrupt"]
+    assert got["run"][-1]["event"] == "end" and got["run"][-1]["exit_code"] == 1
+    at = sig[0]["at"]
+    assert all(a["started"] <= at for a in got["attempts"])
+    assert any(a["ended"] > at for a in got["attempts"]), "no attempt was under way at the signal"
+    assert len([e for e in got["run"] if e["event"] == "attempt"]) == len(got["attempts"])
+    assert "end" in [a["reason"] for a in got["anchors"]]
 
 
 @dataclass(frozen=True)
