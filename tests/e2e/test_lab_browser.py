@@ -52,12 +52,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Any, Pa
         yield server, driver, base
 
 
-def test_run_study_dry_run_of_the_demo_stage_in_jupyterlab(lab: tuple[Lab, Any, Path]) -> None:
+def keep(png: Path) -> None:
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(png, ARTEFACTS / png.name)
+
+
+# One test for both notebooks: under xdist two tests of a module may go to two workers, each starting a server.
+def test_run_study_and_analysis_run_and_render_in_jupyterlab(lab: tuple[Lab, Any, Path]) -> None:
     server, driver, base = lab
+    # run_study.ipynb: a dry run of the demo's stage A
     path = notebook_with(server.root, "run_study.ipynb",
                          {"prereg": "prereg/demo", "stage": "A", "results": "results", "dry_run": True})
     got = run_all(driver, server, path)
     png = screenshot(driver, base / "run_study.png")
+    keep(png)
     assert got.errors == [], got.errors
     assert got.kernel == DISPLAY_NAME, got  # the project's kernel, by name
     assert got.executed == got.cells > 0, got
@@ -65,12 +73,8 @@ def test_run_study_dry_run_of_the_demo_stage_in_jupyterlab(lab: tuple[Lab, Any, 
     assert got.math == 0, got  # "spend $0.0000 of ceiling $3.2000" is text, not TeX
     assert not (server.root / "results" / "demo").exists()  # a dry run writes nothing
     assert png_stats(png)[2] > 10.0  # not a blank page
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(png, ARTEFACTS / "run_study.png")
 
-
-def test_analysis_of_a_small_study_renders_tables_and_figures_in_jupyterlab(lab: tuple[Lab, Any, Path]) -> None:
-    server, driver, base = lab
+    # analysis.ipynb: the small study run against the simulator
     path = notebook_with(server.root, "analysis.ipynb", {"results": "results/rt", "prereg": "prereg/rt"})
     got = run_all(driver, server, path)
     assert got.errors == [], got.errors
@@ -84,8 +88,7 @@ def test_analysis_of_a_small_study_renders_tables_and_figures_in_jupyterlab(lab:
     driver.execute_script("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
                           ".jp-OutputArea-output img').scrollIntoView({block: 'center'});")
     png = screenshot(driver, base / "analysis.png")
+    keep(png)
     width, height, variance = png_stats(png)
     assert width >= 800 and height >= 600, (width, height)
     assert variance > 10.0  # a figure and text, not a blank page
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(png, ARTEFACTS / "analysis.png")
