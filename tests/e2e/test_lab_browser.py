@@ -22,7 +22,7 @@ from papermill.parameterize import parameterize_notebook
 
 from harness.notebooks.lab import DISPLAY_NAME
 from tests.support.browser import png_stats
-from tests.support.lab import Lab, browser, lab_server, run_all, screenshot
+from tests.support.lab import Lab, browser, browser_tools, lab_server, run_all, screenshot
 from tests.support.paths import REPO, checkout_at
 from tests.support.study import prereg, sim_servers, system, urls
 
@@ -39,6 +39,7 @@ def notebook_with(root: Path, name: str, parameters: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Any, Path]]:
+    browser_tools()  # before anything is set up: fail in CI, skip elsewhere, when the browser cannot run
     base = tmp_path_factory.mktemp("lab")
     root = checkout_at(base / "checkout")
     shutil.copytree(REPO / "prereg" / "demo", root / "prereg" / "demo")

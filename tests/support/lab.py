@@ -126,19 +126,27 @@ def lab_server(root: Path, home: Path) -> Iterator[Lab]:
                 proc.wait()
 
 
-@contextlib.contextmanager
-def browser(home: Path) -> Iterator[Any]:
-    """Selenium's Chrome driver on Debian's chromium and chromium-driver, headless."""
+def browser_tools() -> tuple[str, str]:
+    """(chromium, chromedriver), with Selenium importable; else fail in CI, skip elsewhere, saying why."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if chromium is None or driver_path is None:
         unavailable("chromium and chromium-driver are not installed here "
                     "(Debian: apt-get install chromium chromium-driver; .ci/run installs them)")
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+        import selenium  # noqa: F401
     except ImportError:
         unavailable("selenium is not installed (pip install -e '.[dev]')")
+    return str(chromium), str(driver_path)
+
+
+@contextlib.contextmanager
+def browser(home: Path) -> Iterator[Any]:
+    """Selenium's Chrome driver on Debian's chromium and chromium-driver, headless."""
+    chromium, driver_path = browser_tools()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
     options = webdriver.ChromeOptions()
     options.binary_location = str(chromium)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
