@@ -164,13 +164,19 @@ def browser(home: Path) -> Iterator[Any]:
         driver.quit()
 
 
-def _wait(driver: Any, what: str, script: str, timeout: float) -> Any:
+def _wait(driver: Any, what: str, script: str, timeout: float, *, fail: bool = True) -> Any:
+    """Poll `script` until it returns something true; on the deadline fail naming `what` and the notebook's
+    state (or return None when `fail` is False)."""
     deadline = time.monotonic() + timeout
     while True:
         got = driver.execute_script(script)
         if got:
             return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            if not fail:
+                return None
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the notebook: "
+                                 f"{driver.execute_script(_STATE)}")
         time.sleep(0.25)
 
 
@@ -212,18 +218,22 @@ return {kernel: kernel ? kernel.textContent.trim() : '',
 """
 
 
-def run_all(driver: Any, lab: Lab, path: str, *, timeout: float = 180) -> Rendered:
+def run_all(driver: Any, lab: Lab, path: str, *, timeout: float = 300) -> Rendered:
     """Open `path` (relative to the lab's root), wait for its kernel, Run > Run All Cells, wait until every
     code cell has run (or one failed), and return what rendered."""
     driver.get(lab.open_url(path))
     _wait(driver, f"{path} to open with an idle kernel",
           "const s = (() => {" + _STATE + "})(); return s && s.kernel && s.prompts.length > 0 && "
           "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook') !== null "
-          "&& window.jupyterapp && window.jupyterapp.serviceManager.sessions.running().next() !== undefined;", 90)
+          "&& window.jupyterapp && window.jupyterapp.serviceManager.sessions.running().next() !== undefined;", 180)
     _wait(driver, "the kernel to be idle",
           "const p = window.jupyterapp.shell.currentWidget; return p && p.sessionContext && p.sessionContext.session"
-          " && p.sessionContext.session.kernel && p.sessionContext.session.kernel.status === 'idle';", 90)
-    _click_menu(driver, "Run", "Run All Cells")
+          " && p.sessionContext.session.kernel && p.sessionContext.session.kernel.status === 'idle';", 180)
+    started = "const s = (() => {" + _STATE + "})(); return s && s.prompts.some(p => p !== '[ ]:');"
+    for _ in range(3):  # a click that landed before the notebook took the focus runs nothing: click again
+        _click_menu(driver, "Run", "Run All Cells")
+        if _wait(driver, "the first cell to start", started, 30, fail=False):
+            break
     state = _wait(driver, f"every cell of {path} to run",
                   "const s = (() => {" + _STATE + "})(); if (!s) return null;"
                   "const done = s.prompts.every(p => /^\\[\\d+\\]:$/.test(p));"
