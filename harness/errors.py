@@ -251,6 +251,9 @@ class Code(StrEnum):
     # design: the study design is invalid
     DESIGN_INVALID = "design_invalid"
     UNKNOWN_STAGE = "unknown_stage"
+    DRAFT_INVALID = "draft_invalid"
+    DRAFT_FOLDER_EXISTS = "draft_folder_exists"
+    DRAFT_UNKNOWN_SUITE = "draft_unknown_suite"
 
     # preregistration: the preregistration is not frozen, changed or invalid
     PREREG_NOT_FROZEN = "prereg_not_frozen"
@@ -326,6 +329,7 @@ class Code(StrEnum):
     BATCH_INVALID = "batch_invalid"
     BATCH_NOTEBOOK_MISSING = "batch_notebook_missing"
     NOTEBOOK_NOT_EXECUTED = "notebook_not_executed"
+    KERNEL_NOT_PROJECT = "kernel_not_project"
 
     # CLI: the command line itself
     USAGE_ERROR = "usage_error"
@@ -534,7 +538,11 @@ NOTES: Final[dict[Code, str]] = {
     Code.ANALYSIS_REFUSED: "with `notebook_refusal`",
     Code.ANALYSIS_FAILED: "with `ename`, `evalue`",
     Code.BATCH_INVALID: "with `field`",
+    Code.DRAFT_INVALID: "a new-study parameter, with `field`",
+    Code.DRAFT_FOLDER_EXISTS: "a draft never writes over a folder that holds anything",
+    Code.DRAFT_UNKNOWN_SUITE: "no `evals/<suite>/SUITE.json`, with `known`",
     Code.NOTEBOOK_NOT_EXECUTED: "`proctor anchor-notebook` given a file papermill did not execute, or one naming no stage",
+    Code.KERNEL_NOT_PROJECT: "Jupyter finds a `proctor` kernelspec running another Python",
     Code.USAGE_ERROR: "exit 2",
     Code.INTERNAL_ERROR: "exit 4",
 }
