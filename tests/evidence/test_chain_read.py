@@ -8,6 +8,7 @@ ways below, it must report exactly what the strict line-by-line reader reports
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from contextlib import ExitStack
@@ -41,6 +42,10 @@ CORRUPTIONS = (
     "escaped_ascii",
     "escaped_unicode",
     "float_form",
+    "orjson_small_float",
+    "orjson_big_float",
+    "orjson_exponent",
+    "big_int",
     "minus_zero",
     "python_bool",
     "too_deep",
@@ -114,6 +119,14 @@ def _corrupt(kind: str, obj: dict[str, Any], canon: bytes) -> bytes:
         return canonical_bytes({**obj, "~": "é"}).replace("é".encode(), b"\\u00e9")
     if kind == "float_form":
         return canonical_bytes({**obj, "~": 0.5}).replace(b'"~":0.5', b'"~":5e-1')
+    if kind == "orjson_small_float":  # orjson's notation for 1e-05
+        return canonical_bytes({**obj, "~": 1e-05}).replace(b'"~":1e-05', b'"~":0.00001')
+    if kind == "orjson_big_float":  # orjson's notation for 1e+16
+        return canonical_bytes({**obj, "~": 1e16}).replace(b'"~":1e+16', b'"~":1e16')
+    if kind == "orjson_exponent":  # orjson's notation for 1.5e-07
+        return canonical_bytes({**obj, "~": [1.5e-07]}).replace(b"1.5e-07", b"1.5e-7")
+    if kind == "big_int":  # canonical: beyond 64 bits, where orjson parses a float
+        return canonical_bytes({**obj, "~": 2**64 + 1})
     if kind == "minus_zero":
         return canonical_bytes({**obj, "~": 0}).replace(b'"~":0', b'"~":-0')
     if kind == "python_bool":
@@ -163,9 +176,17 @@ def _log(objs: list[dict[str, Any]], kind: str, where: int, relink: bool) -> byt
 
 
 def _scan(
-    path: Path, seed: str | None, *, block: bool, cores: int | None, keep: bool
+    path: Path,
+    seed: str | None,
+    *,
+    block: bool,
+    cores: int | None,
+    keep: bool,
+    use_orjson: bool = True,
 ) -> tuple[ChainStatus, int, Any]:
     with ExitStack() as stack:
+        if not use_orjson:
+            stack.enter_context(mock.patch.object(chain_read, "_ORJSON", None))
         stack.enter_context(
             mock.patch.object(chain_read, "_PAR_MIN_BYTES", 0 if cores else 1 << 62)
         )
@@ -190,6 +211,7 @@ def _scan(
     seeded=st.booleans(),
     chunk=st.sampled_from([9, 200, 1 << 20]),
     cores=st.sampled_from([None, 2, 3]),
+    use_orjson=st.booleans(),
 )
 def test_the_block_path_and_the_line_reader_agree_on_every_corruption(
     tmp_path_factory: pytest.TempPathFactory,
@@ -200,6 +222,7 @@ def test_the_block_path_and_the_line_reader_agree_on_every_corruption(
     seeded: bool,
     chunk: int,
     cores: int | None,
+    use_orjson: bool,
 ) -> None:
     """Same status (problem kind and line), intact bytes and records, serially and in forked pieces."""
     path = tmp_path_factory.mktemp("agree") / "log.jsonl"
@@ -207,7 +230,7 @@ def test_the_block_path_and_the_line_reader_agree_on_every_corruption(
     seed = SEED if seeded else None
     with mock.patch.object(chain_read, "_CHUNK", chunk):
         want = _scan(path, seed, block=False, cores=None, keep=False)
-        got = _scan(path, seed, block=True, cores=cores, keep=False)
+        got = _scan(path, seed, block=True, cores=cores, keep=False, use_orjson=use_orjson)
         assert got == want
         kept = _scan(path, seed, block=True, cores=None, keep=True)
         assert kept[:2] == want[:2]
@@ -229,13 +252,13 @@ def test_the_block_path_and_the_line_reader_agree_on_every_corruption(
 def test_a_corrupted_line_deep_in_many_blocks_is_named_by_the_block_path(tmp_path: Path) -> None:
     """Each corruption, planted in line 2,501 of 4,000: the block path hands that block to the line reader."""
     objs = [{"i": i, "t": "é" * (i % 5), "x": i / 7} for i in range(4000)]
-    for kind in CORRUPTIONS:
+    for kind, use_orjson in itertools.product(CORRUPTIONS, (True, False)):
         path = tmp_path / f"{kind}.jsonl"
         path.write_bytes(_log(objs, kind, 2500, relink=True))
         want = _scan(path, SEED, block=False, cores=None, keep=False)
-        got = _scan(path, SEED, block=True, cores=None, keep=False)
+        got = _scan(path, SEED, block=True, cores=None, keep=False, use_orjson=use_orjson)
         assert got == want, kind
-        if kind == "none":
+        if kind in ("none", "big_int"):
             assert got[0].ok and got[0].lines == 4000
         elif kind == "torn_tail":
             assert got[0].problem is not None and got[0].problem.kind == "torn_tail"
@@ -243,6 +266,9 @@ def test_a_corrupted_line_deep_in_many_blocks_is_named_by_the_block_path(tmp_pat
             "escaped_ascii",
             "escaped_unicode",
             "float_form",
+            "orjson_small_float",
+            "orjson_big_float",
+            "orjson_exponent",
             "minus_zero",
             "spacing",
             "key_order",
@@ -322,3 +348,78 @@ def test_lines_that_only_parse_together_are_refused_even_with_every_link_in_plac
         assert got == _scan(path, SEED, block=False, cores=None, keep=False)
         assert got[0].problem is not None
         assert (got[0].problem.kind, got[0].problem.line, got[0].lines) == ("invalid_json", 2, 1)
+
+
+def test_an_intact_log_is_proved_canonical_by_orjson_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With orjson installed, verifying never falls back to the standard library's proof on an intact log."""
+    assert chain_read._ORJSON is not None  # a dependency (pyproject.toml)
+    objs = [
+        {"i": i, "t": "é\n" * (i % 3), "x": i / 7, "n": {"l": [i, 0.5, None]}} for i in range(3000)
+    ]
+    path = tmp_path / "log.jsonl"
+    lines: list[bytes] = []
+    prev = seed_hash(SEED)
+    for k, obj in enumerate(objs):
+        raw = canonical_bytes({**obj, "prev": prev, **({"seed": SEED} if k == 0 else {})})
+        lines.append(raw)
+        prev = _sha(raw)
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    std = mock.Mock(side_effect=AssertionError("the standard library's proof ran"))
+    monkeypatch.setattr(chain_read, "_std_objects", std)
+    status = _scan(path, SEED, block=True, cores=None, keep=False)[0]
+    assert status.ok and status.lines == 3000 and status.head == prev
+
+
+def test_orjson_writes_every_character_and_key_order_as_canonical_bytes() -> None:
+    """Every code point (surrogates aside) escaped alike, and keys across the planes sorted alike."""
+    orjson = chain_read._ORJSON
+    assert orjson is not None
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    assert orjson.dumps(chars) == canonical_bytes(chars)
+    keys = dict.fromkeys([*chars[::97], "\uffff", "\U00010000", "\U0010ffff", "", "a", "ab"], 0)
+    assert orjson.dumps(keys, option=orjson.OPT_SORT_KEYS) == canonical_bytes(keys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=records, extra=st.floats(allow_nan=False, allow_infinity=False))
+def test_the_orjson_proof_accepts_canonical_lines_and_refuses_orjson_notation(
+    record: dict[str, Any], extra: float
+) -> None:
+    """A line passes exactly when it is canonical and orjson writes it byte for byte (floats outside
+    1e-4..1e16 are written differently by orjson: those blocks go to the standard library's proof)."""
+    orjson = chain_read._ORJSON
+    assert orjson is not None
+    obj = {**record, "~": [extra]}
+    line = canonical_bytes(obj)
+    try:
+        theirs: bytes | None = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except (
+        TypeError
+    ):  # an integer beyond 64 bits: orjson parses it as a float, which never round-trips
+        theirs = None
+    assert (chain_read._orjson_objects(line, 1) is not None) == (theirs == line)
+    if theirs is not None:
+        assert (chain_read._orjson_objects(theirs, 1) is not None) == (theirs == line)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    x=st.floats(min_value=1e-4, max_value=1e16, exclude_max=True)
+    | st.floats(min_value=-1e16, max_value=-1e-4, exclude_min=True)
+    | st.sampled_from([0.0, -0.0])
+)
+def test_orjson_writes_floats_without_an_exponent_as_python_does(x: float) -> None:
+    """The premise of routing only blocks without "e-" and "e+" to orjson's proof."""
+    orjson = chain_read._ORJSON
+    assert orjson is not None
+    assert "e" not in repr(x)
+    assert orjson.dumps(x) == repr(x).encode()
+
+
+def test_orjson_is_not_used_when_it_writes_differently(monkeypatch: pytest.MonkeyPatch) -> None:
+    orjson = chain_read._ORJSON
+    assert orjson is not None
+    monkeypatch.setattr(orjson, "dumps", lambda obj, option=None: b"{}")
+    assert chain_read._load_orjson() is None
