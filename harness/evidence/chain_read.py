@@ -290,12 +290,13 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _floats(objs: list[dict[str, Any]]) -> list[float] | None:
-    """Every float inside `objs`, in any order; None when there are too many nested values to walk."""
+def _floats(objs: list[dict[str, Any]]) -> list[float]:
+    """Every float inside `objs`, in any order."""
     values = list(chain.from_iterable(map(dict.values, objs)))
-    kinds = set(map(type, values))
+    types = list(map(type, values))
+    kinds = set(types)
     if dict not in kinds and list not in kinds:
-        return list(compress(values, map(operator.is_, map(type, values), repeat(float))))
+        return list(compress(values, map(operator.is_, types, repeat(float)))) if float in kinds else []
     out: list[float] = []
     stack: list[Any] = values
     while stack:
