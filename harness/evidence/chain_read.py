@@ -186,8 +186,15 @@ def _load_orjson() -> ModuleType | None:
     return orjson
 
 
-_ORJSON: ModuleType | None = _load_orjson()
-"""orjson, or None: then blocks are proved canonical with the standard library alone."""
+_ORJSON: list[ModuleType | None] = []
+"""orjson (or None: blocks are then proved with the standard library alone), once `_orjson` has loaded it."""
+
+
+def _orjson() -> ModuleType | None:
+    """orjson, loaded on first use (a command that verifies no log does not import it)."""
+    if not _ORJSON:
+        _ORJSON.append(_load_orjson())
+    return _ORJSON[0]
 
 
 # --------------------------------------------------------------------------
@@ -321,9 +328,10 @@ def _orjson_objects(body: bytes, count: int) -> list[dict[str, Any]] | None:
     0.00001, 1e+16 as 1e16): the floats are re-encoded both ways and compared.
     Integers beyond 64 bits parse as floats in orjson and never round-trip.
     """
-    assert _ORJSON is not None
+    orjson = _orjson()
+    assert orjson is not None
     try:
-        objs: list[dict[str, Any]] = _ORJSON.loads(b"[" + body.replace(b"\n", b",") + b"]")
+        objs: list[dict[str, Any]] = orjson.loads(b"[" + body.replace(b"\n", b",") + b"]")
     except ValueError:  # orjson.JSONDecodeError
         return None
     if len(objs) != count or set(map(type, objs)) != {dict}:
@@ -331,10 +339,10 @@ def _orjson_objects(body: bytes, count: int) -> list[dict[str, Any]] | None:
     try:
         # A canonical encoding never holds a raw newline, so the joined texts are
         # equal exactly when every line equals its own object's encoding.
-        if b"\n".join(map(_ORJSON.dumps, objs, repeat(None), repeat(_ORJSON.OPT_SORT_KEYS))) != body:
+        if b"\n".join(map(orjson.dumps, objs, repeat(None), repeat(orjson.OPT_SORT_KEYS))) != body:
             return None
         floats = _floats(objs)
-        if floats and _ORJSON.dumps(floats) != ("[" + ",".join(map(repr, floats)) + "]").encode("ascii"):
+        if floats and orjson.dumps(floats) != ("[" + ",".join(map(repr, floats)) + "]").encode("ascii"):
             return None
     except (TypeError, ValueError):  # orjson.JSONEncodeError
         return None
@@ -383,7 +391,7 @@ def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, i
     # Records kept come from the standard parser, as always. A float Python writes
     # with an exponent (e-05, e+16) is one orjson writes otherwise: such a block
     # would fail orjson's proof, so it goes straight to the standard library's.
-    if _ORJSON is not None and keep is None and b"e-" not in block and b"e+" not in block:
+    if keep is None and b"e-" not in block and b"e+" not in block and _orjson() is not None:
         objs = _orjson_objects(block[:-1], count)
     if objs is None:
         objs = _std_objects(block, count)

@@ -186,7 +186,7 @@ def _scan(
 ) -> tuple[ChainStatus, int, Any]:
     with ExitStack() as stack:
         if not use_orjson:
-            stack.enter_context(mock.patch.object(chain_read, "_ORJSON", None))
+            stack.enter_context(mock.patch.object(chain_read, "_orjson", lambda: None))
         stack.enter_context(
             mock.patch.object(chain_read, "_PAR_MIN_BYTES", 0 if cores else 1 << 62)
         )
@@ -354,7 +354,7 @@ def test_an_intact_log_is_proved_canonical_by_orjson_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With orjson installed, verifying never falls back to the standard library's proof on an intact log."""
-    assert chain_read._ORJSON is not None  # a dependency (pyproject.toml)
+    assert chain_read._orjson() is not None  # a dependency (pyproject.toml)
     objs = [
         {"i": i, "t": "é\n" * (i % 3), "x": i / 7, "n": {"l": [i, 0.5, None]}} for i in range(3000)
     ]
@@ -374,7 +374,7 @@ def test_an_intact_log_is_proved_canonical_by_orjson_alone(
 
 def test_orjson_writes_every_character_and_key_order_as_canonical_bytes() -> None:
     """Every code point (surrogates aside) escaped alike, and keys across the planes sorted alike."""
-    orjson = chain_read._ORJSON
+    orjson = chain_read._orjson()
     assert orjson is not None
     chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     assert orjson.dumps(chars) == canonical_bytes(chars)
@@ -389,7 +389,7 @@ def test_the_orjson_proof_accepts_canonical_lines_and_refuses_orjson_notation(
 ) -> None:
     """A line passes exactly when it is canonical and orjson writes it byte for byte (floats outside
     1e-4..1e16 are written differently by orjson: those blocks go to the standard library's proof)."""
-    orjson = chain_read._ORJSON
+    orjson = chain_read._orjson()
     assert orjson is not None
     obj = {**record, "~": [extra]}
     line = canonical_bytes(obj)
@@ -412,14 +412,14 @@ def test_the_orjson_proof_accepts_canonical_lines_and_refuses_orjson_notation(
 )
 def test_orjson_writes_floats_without_an_exponent_as_python_does(x: float) -> None:
     """The premise of routing only blocks without "e-" and "e+" to orjson's proof."""
-    orjson = chain_read._ORJSON
+    orjson = chain_read._orjson()
     assert orjson is not None
     assert "e" not in repr(x)
     assert orjson.dumps(x) == repr(x).encode()
 
 
 def test_orjson_is_not_used_when_it_writes_differently(monkeypatch: pytest.MonkeyPatch) -> None:
-    orjson = chain_read._ORJSON
+    orjson = chain_read._orjson()
     assert orjson is not None
     monkeypatch.setattr(orjson, "dumps", lambda obj, option=None: b"{}")
     assert chain_read._load_orjson() is None
