@@ -233,6 +233,9 @@ class Code(StrEnum):
     SUITE_SOURCE_MISMATCH = "suite_source_mismatch"
     SUITE_ITEM_UNKNOWN = "suite_item_unknown"
     SUITE_ITEM_UNVERIFIABLE = "suite_item_unverifiable"
+    SUITE_KIND_UNKNOWN = "suite_kind_unknown"
+    SUITE_PACKAGE_SPEC_INVALID = "suite_package_spec_invalid"
+    SUITE_PACKAGE_UNKNOWN = "suite_package_unknown"
 
     # design: the study design is invalid
     DESIGN_INVALID = "design_invalid"

