@@ -6,7 +6,9 @@
 2. Verifying a 1,000,000-line chain, in MB/s: `verify_log` in forked pieces (one
    per core, as `proctor ledger verify` runs) and in one process, beside the
    floor (plain sha256 over the same bytes) and a naive line-by-line check
-   (json.loads + canonical_bytes); medians of alternating runs.
+   (json.loads + canonical_bytes), and the pieces with the standard library's
+   proof of canonical form only (no orjson, as before issue 16); medians of
+   alternating runs.
 """
 
 from __future__ import annotations
@@ -149,9 +151,13 @@ def test_bench_verify_one_million_lines(disk_dir: Path) -> None:
         f" medians of {RUNS}"
     )
 
-    def verify(pieces: bool) -> float:
+    def verify(pieces: bool, orjson: bool = True) -> float:
         floor = chain_read._PAR_MIN_BYTES if pieces else 1 << 62
-        with mock.patch.object(chain_read, "_PAR_MIN_BYTES", floor):
+        fast = chain_read._orjson if orjson else lambda: None
+        with (
+            mock.patch.object(chain_read, "_PAR_MIN_BYTES", floor),
+            mock.patch.object(chain_read, "_orjson", fast),
+        ):
             start = time.perf_counter()
             status = verify_log(path, seed)
             took = time.perf_counter() - start
@@ -164,12 +170,15 @@ def test_bench_verify_one_million_lines(disk_dir: Path) -> None:
         return time.perf_counter() - start
 
     # Alternate the three so that they share the same (noisy, shared) machine.
-    runs: dict[str, list[float]] = {"pieces": [], "serial": [], "sha": []}
+    runs: dict[str, list[float]] = {"pieces": [], "serial": [], "std": [], "sha": []}
     for _ in range(RUNS):
         runs["pieces"].append(verify(True))
         runs["serial"].append(verify(False))
+        runs["std"].append(verify(True, orjson=False))
         runs["sha"].append(sha256())
-    pieces_s, serial_s, sha_s = (statistics.median(runs[k]) for k in ("pieces", "serial", "sha"))
+    pieces_s, serial_s, std_s, sha_s = (
+        statistics.median(runs[k]) for k in ("pieces", "serial", "std", "sha")
+    )
 
     start = time.perf_counter()
     prev = seed_hash(seed)
@@ -181,12 +190,14 @@ def test_bench_verify_one_million_lines(disk_dir: Path) -> None:
 
     print(f"  verify_log (forked pieces):  {mb / pieces_s:8.1f} MB/s ({pieces_s:.2f} s)")
     print(f"  verify_log (one process):    {mb / serial_s:8.1f} MB/s ({serial_s:.2f} s)")
+    print(f"  pieces, stdlib proof only:   {mb / std_s:8.1f} MB/s ({std_s:.2f} s)")
     print(f"  naive per-line loads+dumps:  {mb / naive_s:8.1f} MB/s ({naive_s:.2f} s)")
     print(f"  hashlib.sha256 (the floor):  {mb / sha_s:8.1f} MB/s ({sha_s:.3f} s)")
     print(
         f"  ratio verify/sha256: {sha_s / pieces_s:.3f} (sha256 is {pieces_s / sha_s:.0f}x faster)"
     )
     print(f"  ratio pieces/one process: {serial_s / pieces_s:.2f}x faster")
+    print(f"  ratio orjson proof/stdlib proof (pieces): {std_s / pieces_s:.2f}x faster")
     print(f"  ratio verify/naive:  {naive_s / pieces_s:.2f}x faster")
     record("chain_verify", [Row(
         f"verify a {BIG_LINES:,}-line chain ({mb:.0f} MB), medians of {RUNS} alternating runs",
@@ -194,4 +205,5 @@ def test_bench_verify_one_million_lines(disk_dir: Path) -> None:
         f"{mb / pieces_s:.1f} MB/s; in one process: {mb / serial_s:.1f} MB/s (target >= 100 MB/s)",
         "`hashlib.sha256` over the same bytes (the floor)", f"{mb / sha_s:.0f} MB/s",
         f"{sha_s / pieces_s:.3f} of the floor (each line parsed and re-encoded to prove it canonical); "
-        f"pieces {serial_s / pieces_s:.2f}x one process", bench_command("tests/bench/bench_chain.py", k="verify"))])
+        f"pieces {serial_s / pieces_s:.2f}x one process; orjson's proof {std_s / pieces_s:.2f}x the standard "
+        f"library's ({mb / std_s:.1f} MB/s)", bench_command("tests/bench/bench_chain.py", k="verify"))])
