@@ -3,7 +3,7 @@
 The suite layout and its strict reader live in `harness.evals.suite`; the
 builders in `harness.evals.humaneval` and `harness.evals.tasks`; verifying a
 HumanEval answer (extraction, the warm verifier, item receipts) in
-`harness.evals.verify_humaneval`.
+`harness.evals.verify_humaneval`; the runner's shared warm verifiers in `harness.evals.verify_pool`.
 
 The manual: docs/evals.md.
 """
