@@ -103,6 +103,8 @@ class EngineCore:
         self._private: Any = None
         self._private_sha256: Any = None
         self._packet: Any = None
+        self._prompts: dict[str, str] | None = None
+        self._made_folders: set[str] = set()
         self.transport: Transport | None = None
         self.signals = 0
         self.pushes: list[threading.Thread] = []

@@ -110,16 +110,22 @@ class Finals(EngineCore):
         name = receipt_name(r.run_id, state.rerun)
         data = canonical_line(receipt)
         path = os.path.join(self.s.folder, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        folder = os.path.dirname(path)
+        if folder not in self._made_folders:
+            os.makedirs(folder, exist_ok=True)
+            self._made_folders.add(folder)
         atomic_write(path, data, mode=0o644)
         return name, sha256_hex(data), bool(receipt["passed"])
 
     def _packet_prompt(self, item: str) -> str:
-        if self._packet is None:
+        """The item's prompt from the packet, read once per invocation."""
+        if self._prompts is None:
             from harness.evals.suite import load_packet
 
             self._packet = load_packet(self.s.design.packet_path, self.s.design.packet_sha256)
-        return str(self._packet.get(item).prompt)
+            self._prompts = {it.item: str(it.prompt) for it in self._packet}
+        prompt = self._prompts.get(item)
+        return str(self._packet.get(item).prompt) if prompt is None else prompt  # else: the refusal
 
     async def finish_run(self, state: CellState) -> None:
         """Write the final of a run that ended (verifying a delivered answer first)."""
