@@ -32,8 +32,10 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 
+# Every bench records its rows in build/bench/<bench>.json; the table in docs/benchmarks.md is rendered from them.
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:xdist -o python_files='bench_*.py' tests/bench -s
+	$(BIN)/python -m tests.bench.table
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests

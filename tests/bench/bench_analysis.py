@@ -24,6 +24,7 @@ import pytest
 from harness.analysis.breakeven import break_even, sensitivity_grid
 from harness.analysis.tables import q_table
 from harness.audit.frame import TOKEN_COLUMNS
+from tests.support.bench import Row, bench_command, record
 
 pytestmark = pytest.mark.bench
 
@@ -137,6 +138,12 @@ def test_q_table_million_rows() -> None:
         f"{loop_seconds:.3f} s, loop/q_table = {loop_seconds / small_seconds:.1f}x"
         f"\nrows/s: q_table {ROWS / q_seconds:,.0f} (1M), loop {LOOP_ROWS / loop_seconds:,.0f} (100k)"
     )
+    record("analysis_q_table", [Row(
+        f"the q table on {ROWS:,} attempt rows ({table.height} groups); break-even + 5x5 sensitivity grid",
+        f"`q_table` {q_seconds:.3f} s; `break_even` + `sensitivity_grid` {cascade_seconds:.3f} s; on {LOOP_ROWS:,} "
+        f"rows `q_table` {small_seconds:.3f} s", f"a plain Python row loop on the same {LOOP_ROWS:,} rows (same n, "
+        "passes, costs, latency quantiles)", f"{loop_seconds:.3f} s", f"q_table {loop_seconds / small_seconds:.1f}x faster",
+        bench_command("tests/bench/bench_analysis.py", k="q_table"))])
     assert q_seconds < 30.0
 
 
@@ -222,4 +229,11 @@ def test_study_analysis_million_rows() -> None:
         f"\npeer (Python row loop pairing in dicts + paired_comparison, comparisons only): {loop_seconds:.3f} s"
         f"\npeer / analyze_frame = {loop_seconds / analysis_seconds:.1f}x"
     )
+    record("analysis_frame", [Row(
+        f"the study's tables on {ROWS:,} rows ({tables.comparisons.height} paired comparisons, "
+        f"{tables.breakeven.height} cascades, {tables.sensitivity.height} sensitivity rows)",
+        f"`analyze_frame` {analysis_seconds:.3f} s", "a Python row loop pairing cells in dicts + `paired_comparison` "
+        "(comparisons only, the same results)", f"{loop_seconds:.3f} s",
+        f"analyze_frame {loop_seconds / analysis_seconds:.1f}x faster",
+        bench_command("tests/bench/bench_analysis.py", k="study_analysis"))])
     assert analysis_seconds < 60.0

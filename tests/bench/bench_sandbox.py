@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.workers.process import run_group
 from harness.workers.sandbox import View, resolve_sandbox, sandbox_env
+from tests.support.bench import Row, bench_command, record
 
 REPO = Path(__file__).resolve().parents[2]
 SPAWNS = 30
@@ -95,4 +96,12 @@ def test_sandbox_overhead_per_spawn_dispatch_and_verify() -> None:
     for name, runs, n in rows:
         b, u = _median_ms(runs["bwrap"]), _median_ms(runs["none"])
         print(f"  {name:30s} bwrap {b:8.1f} ms   none {u:8.1f} ms   overhead {b - u:+7.1f} ms ({b / u:.2f}x)  n={n}")
+    (s_b, d_b, v_b), (s_u, d_u, v_u) = ([_median_ms(runs[kind]) for _, runs, _ in rows] for kind in ("bwrap", "none"))
+    record("sandbox", [Row(
+        "the bwrap sandbox, medians, alternating with `--sandbox none` in the same run",
+        f"one `run_group` spawn {s_b:.1f} ms; `proctor dispatch` (CLI, whole) {d_b:.0f} ms; "
+        f"`proctor verify` (wordfreq, pytest) {v_b / 1000:.2f} s", "unsandboxed (`--sandbox none`)",
+        f"{s_u:.1f} ms; {d_u:.0f} ms; {v_u / 1000:.2f} s",
+        f"{s_b - s_u:+.0f} ms per spawn; {d_b - d_u:+.0f} ms per dispatch ({d_b / d_u:.2f}x); "
+        f"{(v_b - v_u) / 1000:+.2f} s per verify ({v_b / v_u:.2f}x)", bench_command("tests/bench/bench_sandbox.py"))])
     assert _median_ms(spawn["bwrap"]) - _median_ms(spawn["none"]) < 500, "a sandbox must not cost half a second"

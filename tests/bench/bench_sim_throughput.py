@@ -42,6 +42,7 @@ from harness.meter.wire import WireLog
 from harness.providers.base import GenerationSettings
 from harness.providers.openai_chat import OpenAIChat
 from harness.providers.transport import Transport
+from tests.support.bench import Row, bench_command, record
 
 pytestmark = pytest.mark.bench
 
@@ -226,6 +227,22 @@ def test_sim_throughput(sim: Sim, tmp_path: Path) -> None:
     _report(levels, time.perf_counter() - started)
     by = {(r.client, r.concurrency): r for r in levels}
     assert all(r.requests > 0 for r in levels)
+
+    def shares(client: str) -> str:
+        return " / ".join(f"{100 * by[client, c].fraction:.0f}" for c in LEVELS) + " %"
+
+    def cpu(client: str) -> str:
+        return " / ".join(f"{by[client, c].client_ms:.2f}" for c in LEVELS) + " ms"
+
+    top, peer = by["proctor", LEVELS[-1]], by["raw asyncio (peer)", LEVELS[-1]]
+    record("sim_throughput", [Row(
+        f"dispatch throughput vs the simulator at {LATENCY_S} s latency, "
+        f"{' / '.join(map(str, LEVELS))} concurrent, share of ideal and client CPU per request",
+        f"provider + `Transport.asend`: {shares('proctor')}, {cpu('proctor')}; "
+        f"with a wire-log append per exchange: {shares('proctor + wire log')}",
+        "raw asyncio HTTP/1.1 client", f"{shares('raw asyncio (peer)')}, {cpu('raw asyncio (peer)')}",
+        f"at {LEVELS[-1]}: {top.rate / peer.rate:.2f} of the peer's rate",
+        bench_command("tests/bench/bench_sim_throughput.py"))])
     # Loose floors, not a timing benchmark: the latency must overlap across connections ...
     assert all(r.fraction > 0.8 for r in levels if r.concurrency <= 16)
     assert all(by["raw asyncio (peer)", c].fraction > 0.6 for c in LEVELS)  # ... the simulator keeps up ...

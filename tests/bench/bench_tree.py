@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.evidence.tree import tree_signature
+from tests.support.bench import Row, bench_command, record
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = 10_000
@@ -99,4 +100,8 @@ def test_tree_signature_vs_git_write_tree(workspace: Path, tmp_path: Path) -> No
         f"git first round (also writes objects):        {git_first * 1000:8.1f} ms\n"
         f"ratio git / tree_signature: {git / ours:.2f}x"
     )
+    record("tree", [Row(f"tree signature, {FILES:,} files ({signature.bytes / 1e6:.1f} MB), best of {ROUNDS}",
+                        f"`tree_signature` {ours * 1000:.0f} ms", "`git add -A && git write-tree`, fresh index",
+                        f"{git * 1000:.0f} ms", f"proctor {git / ours:.2f}x faster",
+                        bench_command("tests/bench/bench_tree.py"))])
     assert ours < 1.0, f"tree_signature took {ours:.3f}s on {FILES} files"
