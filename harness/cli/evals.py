@@ -21,6 +21,13 @@ def evals_build(args: argparse.Namespace) -> Outcome:
         from harness.evals.humaneval import build_humaneval
 
         return Outcome.of(build_humaneval(args.out or os.path.join("evals", "humaneval")))
+    if args.suite == "mutants":
+        from harness.evals.mutants import build_mutants
+
+        out = args.out or os.path.join("evals", "mutants")
+        return Outcome.of(build_mutants(out, args.package, seed=args.seed, per_package=args.per_package))
+    if args.package:
+        raise EvalRefusal(Code.SUITE_PACKAGE_SPEC_INVALID, "--package is for the mutants suite only")
     from harness.evals.tasks import build_tasks
 
     return Outcome.of(build_tasks(args.out or os.path.join("evals", "tasks-suite"), tasks_dir=args.tasks))

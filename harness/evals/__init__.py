@@ -1,7 +1,8 @@
 """Eval suites: answer-stripped packets, sealed private parts, and the HumanEval verifier.
 
 The suite layout and its strict reader live in `harness.evals.suite`; the
-builders in `harness.evals.humaneval` and `harness.evals.tasks`; verifying a
+builders in `harness.evals.humaneval`, `harness.evals.tasks` and `harness.evals.mutants`
+(which also makes an item's workspace: `materialize`); verifying a
 HumanEval answer (extraction, the warm verifier, item receipts) in
 `harness.evals.verify_humaneval`; the runner's shared warm verifiers in `harness.evals.verify_pool`.
 

@@ -136,6 +136,7 @@ def build_humaneval(out: str | os.PathLike[str], *, source: str | None = None) -
     return write_suite(
         out,
         suite="humaneval",
+        kind="completion",
         version=SUITE_VERSION,
         source={"package": SOURCE_PACKAGE, "version": SOURCE_VERSION, "file": SOURCE_FILE, "sha256": digest},
         packet=packet,

@@ -17,6 +17,7 @@ from harness.evidence.jsonio import loads_strict, read_bytes, read_json, sha256_
 __all__ = [
     "FORBIDDEN_KEYS",
     "PACKET_KEYS",
+    "SUITE_KINDS",
     "SUITE_SCHEMA",
     "Packet",
     "PacketItem",
@@ -30,6 +31,13 @@ __all__ = [
 ]
 
 SUITE_SCHEMA: Final = "proctor-suite.v1"
+
+SUITE_KINDS: Final = ("completion", "repo_task")
+"""The kinds a suite may declare in SUITE.json (``kind``): how an item is attempted and scored.
+
+``completion``: one request, the answer completes ``entry_point`` (HumanEval); ``repo_task``: a bug fix
+in a workspace (a folder in the repository, or a snapshot made from the private part), hidden tests.
+"""
 
 FORBIDDEN_KEYS: Final = frozenset(
     {
@@ -58,7 +66,7 @@ private record of a repository task holds the verifier's argv and hidden
 tests under it.
 """
 
-PACKET_KEYS: Final = frozenset({"item", "prompt", "entry_point", "workspace", "metadata"})
+PACKET_KEYS: Final = frozenset({"item", "prompt", "entry_point", "workspace", "snapshot", "metadata"})
 """The only keys a packet line may have."""
 
 _NORMALISED_FORBIDDEN: Final = {re.sub(r"[^a-z0-9]", "", k): k for k in FORBIDDEN_KEYS}
@@ -67,6 +75,7 @@ _PRIVATE_CODES: Final = (Code.PRIVATE_INVALID, Code.PRIVATE_INVALID)
 _PRIVATE_MARKS: Final = frozenset({"canonical_solution", "test", "hidden", "verifier"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class PacketItem:
         entry_point: the function the answer must define (function-completion items).
         workspace: the task's workspace folder, relative to the repository root (task items).
         metadata: public facts about the item (e.g. ``source_index``, ``features``).
+        snapshot: the private tree the task's workspace is made from (mutant items: `materialize`).
     """
 
     item: str
@@ -86,6 +96,7 @@ class PacketItem:
     entry_point: str | None
     workspace: str | None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    snapshot: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"item": self.item, "prompt": self.prompt, "metadata": dict(self.metadata)}
@@ -93,6 +104,8 @@ class PacketItem:
             out["entry_point"] = self.entry_point
         if self.workspace is not None:
             out["workspace"] = self.workspace
+        if self.snapshot is not None:
+            out["snapshot"] = self.snapshot
         return out
 
 
@@ -143,13 +156,14 @@ class PrivateItem:
 
 @dataclass(frozen=True)
 class Suite:
-    """A suite folder read and cross-checked: manifest, packet, private part."""
+    """A suite folder read and cross-checked: manifest, packet, private part, and its kind (`SUITE_KINDS`)."""
 
     name: str
     folder: str
     manifest: Mapping[str, Any]
     packet: Packet
     private: Mapping[str, PrivateItem]
+    kind: str
 
 
 def forbidden_key(key: str) -> str | None:
@@ -270,12 +284,15 @@ def _packet_item(record: dict[str, Any], number: int, where: str) -> PacketItem:
         parts = workspace.split("/") if isinstance(workspace, str) else []
         if not parts or workspace.startswith("/") or ".." in parts or "" in parts or "\x00" in workspace:
             raise bad("workspace must be a relative path without '..'")
-    if entry_point is None and workspace is None:
-        raise bad("an item needs an entry_point or a workspace")
+    snapshot = record.get("snapshot")
+    if snapshot is not None and (not isinstance(snapshot, str) or not _SNAPSHOT.match(snapshot)):
+        raise bad("snapshot must be a name of letters, digits, '.', '_' and '-'")
+    if entry_point is None and workspace is None and snapshot is None:
+        raise bad("an item needs an entry_point, a workspace or a snapshot")
     metadata = record.get("metadata", {})
     if not isinstance(metadata, dict):
         raise bad("metadata must be an object")
-    return PacketItem(record["item"], prompt, entry_point, workspace, metadata)
+    return PacketItem(record["item"], prompt, entry_point, workspace, metadata, snapshot)
 
 
 def load_packet(path: str | os.PathLike[str], expected_sha256: str | None = None) -> Packet:
@@ -348,6 +365,13 @@ def _manifest(folder: str) -> tuple[dict[str, Any], str]:
     items = manifest.get("items")
     if isinstance(items, bool) or not isinstance(items, int) or items < 1:
         raise bad("items must be a positive integer")
+    kind = manifest.get("kind")
+    if not isinstance(kind, str):
+        raise bad(f"kind must be one of {', '.join(SUITE_KINDS)}")
+    if kind not in SUITE_KINDS:
+        raise EvalRefusal(
+            Code.SUITE_KIND_UNKNOWN, f"unknown suite kind {kind!r} (known: {', '.join(SUITE_KINDS)})", path, kind=kind
+        )
     return manifest, path
 
 
@@ -389,6 +413,7 @@ def load_suite(suite_dir: str | os.PathLike[str], packet_sha256: str | None = No
             f"{only_private}; SUITE.json says {manifest['items']} items, the packet has {len(packet)}",
             folder,
         )
+    _check_kind(manifest["kind"], packet, private, folder)
     for item in packet:
         theirs = private[item.item].entry_point
         if theirs is not None and theirs != item.entry_point:
@@ -397,4 +422,25 @@ def load_suite(suite_dir: str | os.PathLike[str], packet_sha256: str | None = No
                 f"item {item.item!r}: the packet's entry point is {item.entry_point!r}, the private part's {theirs!r}",
                 folder,
             )
-    return Suite(manifest["suite"], folder, manifest, packet, private)
+    return Suite(manifest["suite"], folder, manifest, packet, private, manifest["kind"])
+
+
+def _check_kind(kind: str, packet: Packet, private: Mapping[str, PrivateItem], folder: str) -> None:
+    """Every item is one its suite's kind can attempt (`suite_invalid` naming the first that is not).
+
+    A ``completion`` item needs an entry point and a hidden test; a ``repo_task`` item a workspace
+    or a ``snapshot`` in the packet with a ``snapshot`` in its private record (`harness.evals.mutants.materialize`).
+    """
+    for item in packet:
+        record = private[item.item]
+        if kind == "completion":
+            ok = item.entry_point is not None and record.test is not None
+            need = "an entry_point and a hidden test"
+        else:
+            snapshot = isinstance(record.record.get("snapshot"), dict)
+            ok = item.entry_point is None and (item.workspace is not None or (item.snapshot is not None and snapshot))
+            need = "a workspace (or a snapshot, with its private record) and no entry_point"
+        if not ok:
+            raise EvalRefusal(
+                Code.SUITE_INVALID, f"item {item.item!r}: a {kind} item needs {need}", folder, item=item.item, kind=kind
+            )

@@ -85,6 +85,7 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
     return write_suite(
         out,
         suite="tasks",
+        kind="repo_task",
         version=SUITE_VERSION,
         source={
             "package": None,

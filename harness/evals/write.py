@@ -31,13 +31,18 @@ def write_suite(
     out: str | os.PathLike[str],
     *,
     suite: str,
+    kind: str,
     version: int,
     source: Mapping[str, Any],
     packet: Sequence[Mapping[str, Any]],
     private: Sequence[Mapping[str, Any]],
     extra_private: Mapping[str, bytes] | None = None,
+    build: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``packet.jsonl``, ``private/items.jsonl`` (and `extra_private` files) and ``SUITE.json``.
+
+    `kind` is the suite's kind (`harness.evals.suite.SUITE_KINDS`); `build` (optional) the
+    builder's parameters, recorded in the manifest so the suite can be rebuilt.
 
     The manifest is written last, so a crash part way leaves a suite whose
     seals do not match (refused on reading), never a half-new suite that
@@ -54,10 +59,12 @@ def write_suite(
     for name, data in sorted((extra_private or {}).items()):
         files[f"private/{name}"] = data
     for name, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
         atomic_write(os.path.join(folder, name), data, mode=0o644)
     manifest: dict[str, Any] = {
         "schema": SUITE_SCHEMA,
         "suite": suite,
+        "kind": kind,
         "version": version,
         "source": dict(source),
         "items": len(packet),
@@ -65,6 +72,8 @@ def write_suite(
         "private_sha256": sha256_hex(private_raw),
         "files": {name: sha256_hex(data) for name, data in files.items()},
     }
+    if build is not None:
+        manifest["build"] = dict(build)
     atomic_write(os.path.join(folder, "SUITE.json"), manifest_bytes(manifest), mode=0o644)
     load_suite(folder)
     return {

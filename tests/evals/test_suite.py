@@ -612,3 +612,68 @@ def test_cli_verifies_one_answer(tmp_path: Path, suite: Any) -> None:
     assert (result.code, result.out["status"]) == (1, "failed")
     result = run_proctor("evals", "verify", "--item", "HumanEval/999", "--response", str(bad))
     assert (result.code, result.out["refusal"]) == (3, "suite_item_unknown")
+
+
+# --- suite kinds ------------------------------------------------------------------------------------
+
+
+def test_every_committed_suite_declares_its_kind() -> None:
+    assert load_suite(HUMANEVAL).kind == "completion"
+    assert load_suite(TASKS_SUITE).kind == "repo_task"
+    assert json.loads((HUMANEVAL / "SUITE.json").read_text())["kind"] == "completion"
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [("agentic", "suite_kind_unknown"), ("Completion", "suite_kind_unknown"), (None, "suite_invalid"), (3, "suite_invalid")],
+)
+def test_an_unknown_or_missing_kind_is_refused_by_name(tmp_path: Path, kind: Any, code: str) -> None:
+    copy = tmp_path / "suite"
+    shutil.copytree(TASKS_SUITE, copy)
+    manifest = json.loads((copy / "SUITE.json").read_text())
+    if kind is None:
+        del manifest["kind"]
+    else:
+        manifest["kind"] = kind
+    (copy / "SUITE.json").write_text(json.dumps(manifest))
+    with pytest.raises(Refusal) as exc:
+        load_suite(copy)
+    assert exc.value.code == code
+    if code == "suite_kind_unknown":
+        assert exc.value.details["kind"] == kind and repr(kind) in exc.value.message
+
+
+@pytest.mark.parametrize(("source", "kind"), [(HUMANEVAL, "repo_task"), (TASKS_SUITE, "completion")])
+def test_items_another_kind_cannot_attempt_are_refused(tmp_path: Path, source: Path, kind: str) -> None:
+    copy = tmp_path / "suite"
+    shutil.copytree(source, copy)
+    manifest = json.loads((copy / "SUITE.json").read_text())
+    manifest["kind"] = kind
+    (copy / "SUITE.json").write_text(json.dumps(manifest))
+    with pytest.raises(Refusal) as exc:
+        load_suite(copy)
+    assert exc.value.code == "suite_invalid" and exc.value.details["kind"] == kind
+
+
+@pytest.mark.parametrize("snapshot", ["", "../x", "a/b", 7, ".hidden"])
+def test_a_bad_snapshot_name_is_refused(tmp_path: Path, snapshot: Any) -> None:
+    line = _line({"item": "b", "prompt": "p", "snapshot": snapshot})
+    refusal = _refusal(_packet(tmp_path, [_line(GOOD), line]))
+    assert (refusal.code, refusal.details["line"]) == ("packet_invalid", 2)
+
+
+def test_a_snapshot_item_needs_its_private_snapshot_record(tmp_path: Path) -> None:
+    copy = tmp_path / "suite"
+    shutil.copytree(TASKS_SUITE, copy)
+    packet = [json.loads(line) for line in (copy / "packet.jsonl").read_text().splitlines()]
+    for doc in packet:
+        del doc["workspace"]
+        doc["snapshot"] = "tree-1"
+    raw = "".join(json.dumps(doc) + "\n" for doc in packet).encode()
+    (copy / "packet.jsonl").write_bytes(raw)
+    manifest = json.loads((copy / "SUITE.json").read_text())
+    manifest["packet_sha256"] = hashlib.sha256(raw).hexdigest()
+    (copy / "SUITE.json").write_text(json.dumps(manifest))
+    with pytest.raises(Refusal) as exc:
+        load_suite(copy)
+    assert exc.value.code == "suite_invalid" and exc.value.details["item"] == packet[0]["item"]
