@@ -62,6 +62,7 @@ def test_at_most_size_verifiers_are_lent_at_once_and_each_to_one_caller() -> Non
     most = 0
     guard = threading.Lock()
     errors: list[BaseException] = []
+    done = threading.Barrier(5)
 
     def checker(pool: VerifierPool) -> None:
         nonlocal most
@@ -77,6 +78,7 @@ def test_at_most_size_verifiers_are_lent_at_once_and_each_to_one_caller() -> Non
                         lent.discard(id(v))
         except BaseException as exc:
             errors.append(exc)
+        done.wait()  # bwrap's worker dies with the thread that started it: no thread ends before the last check
 
     with VerifierPool(2) as pool:
         threads = [threading.Thread(target=checker, args=(pool,)) for _ in range(5)]
@@ -85,7 +87,7 @@ def test_at_most_size_verifiers_are_lent_at_once_and_each_to_one_caller() -> Non
         for t in threads:
             t.join()
         assert errors == []
-        assert pool.made == 2 and most == 2 and len(pool.verifiers) == 2
+        assert (pool.made, pool.replaced, most, len(pool.verifiers)) == (2, 0, 2, 2)
 
 
 def test_a_killed_verifier_is_replaced_by_a_fresh_one() -> None:
@@ -162,3 +164,27 @@ def test_a_verifier_lent_at_close_is_stopped_when_its_lease_ends() -> None:
         pool.close()
         assert v.alive()  # its checker still holds it
     assert not v.alive() and pool.verifiers == ()
+
+
+def test_a_verifier_whose_starting_thread_ended_is_replaced_at_its_next_lease() -> None:
+    with VerifierPool(1) as pool:
+        pids: list[int | None] = []
+
+        def check() -> None:
+            with pool.lease() as v:
+                assert v.run(PASS, check="f").passed
+                pids.append(v.pid)
+
+        thread = threading.Thread(target=check)
+        thread.start()
+        thread.join()
+        assert pids[0] is not None
+        if wait_gone(pids[0], timeout=5.0):  # bwrap --die-with-parent: gone with its thread
+            with pool.lease() as fresh:
+                assert fresh.pid is None or fresh.pid != pids[0]
+                assert fresh.run(PASS, check="f").passed
+            assert (pool.made, pool.replaced) == (2, 1)
+        else:  # a sandbox that outlives the thread (--sandbox none): the same one serves again
+            with pool.lease() as same:
+                assert same.pid == pids[0] and same.run(PASS, check="f").passed
+            assert (pool.made, pool.replaced) == (1, 0)
