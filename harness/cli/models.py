@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from harness.cli.output import Outcome, print_json
-from harness.errors import EXIT_OK, Code, WorkerRefusal
+from harness.errors import EXIT_OK, Code, Refusal, WorkerRefusal
 
 __all__ = [
     "catalog",
@@ -110,8 +110,20 @@ def worker_llm_edit(args: argparse.Namespace) -> Outcome:
         scope=scope,
         catalog_path=args.catalog,
         timeout_s=args.timeout,
+        repair_turns=args.repair_turns,
+        tests_argv=None if args.tests_argv is None else _tests_argv(args.tests_argv),
+        tests_timeout_s=args.tests_timeout,
     )
-    return Outcome(outcome.to_json(), outcome.exit_code)  # llm-edit's own convention: 75 = provider failed
+    return Outcome(outcome.to_json(), outcome.exit_code)  # llm-edit's own convention: 75 provider failed, 76 budget stop
+
+
+def _tests_argv(text: str) -> Any:
+    from harness.evidence.jsonio import loads_strict
+
+    try:
+        return loads_strict(text.encode("utf-8"), path="--tests-argv", expect_object=False)
+    except Refusal as exc:
+        raise WorkerRefusal(Code.TESTS_ARGV_INVALID, f"--tests-argv is not JSON: {exc.message}") from None
 
 
 def _json_list(text: str) -> list[str]:

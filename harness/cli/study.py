@@ -1,4 +1,4 @@
-"""`proctor` commands of a study: prereg, plan, resume, run, report, analyze, batch, audit, and ledger.
+"""`proctor` commands of a study: prereg, plan, resume, run, report, analyze, batch, lab, audit, and ledger.
 
 Libraries are imported inside the handlers so that `proctor --help` starts fast.
 
@@ -21,6 +21,7 @@ __all__ = [
     "anchor_notebook",
     "audit",
     "batch",
+    "lab",
     "ledger_repair",
     "ledger_verify",
     "plan",
@@ -158,6 +159,20 @@ def anchor_notebook(args: argparse.Namespace) -> Outcome:
     got = anchor_executed(args.executed)
     return Outcome.of({"ok": True, "notebook": got.path, "sha256": got.sha256, "interrupted": got.interrupted,
                        "anchor": got.anchor})
+
+
+def lab(args: argparse.Namespace) -> Outcome:
+    """`proctor lab`: the `proctor` kernelspec, then JupyterLab in its place (`harness.notebooks.lab`)."""
+    from harness.evidence.paths import repo_root
+    from harness.notebooks.lab import KERNEL_NAME, lab_argv, lab_env, project_kernel
+
+    env = lab_env()
+    os.environ["JUPYTER_PATH"] = env["JUPYTER_PATH"]  # the environment's kernelspec first, as JupyterLab will see it
+    folder = project_kernel()
+    if args.kernel_only:
+        return Outcome.of({"ok": True, "kernel": KERNEL_NAME, "kernelspec": folder})
+    argv = lab_argv(repo_root(), port=args.port, token=args.token, open_browser=not args.no_browser)
+    os.execve(argv[0], argv, env)  # JupyterLab takes this process: Ctrl-C stops it as Jupyter does
 
 
 def audit(args: argparse.Namespace) -> Outcome:

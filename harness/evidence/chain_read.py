@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import pairwise, repeat
+from itertools import chain, compress, pairwise, repeat
+from types import ModuleType
 from typing import Any, Final
 
 from harness.errors import Code, LogRefusal, Refusal
@@ -166,6 +167,36 @@ def _make_encode() -> Callable[[Any], str]:
 _encode: Final = _make_encode()
 
 
+def _load_orjson() -> ModuleType | None:
+    """orjson when it is installed and writes what `_encode` writes (floats aside: `_orjson_objects` checks them)."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    sample = {
+        "b": [1, -7, 2**63 - 1, None, True, False, 'é\u2028"\\\n\x00\x1f\x7f', "\U0001f600"],
+        "\uffff": {"z": "", "\U00010000": [], "Z": {}},
+        "a": "x",
+    }
+    try:
+        if orjson.dumps(sample, option=orjson.OPT_SORT_KEYS) != _encode(sample).encode("utf-8"):
+            return None
+    except Exception:
+        return None
+    return orjson
+
+
+_ORJSON: list[ModuleType | None] = []
+"""orjson (or None: blocks are then proved with the standard library alone), once `_orjson` has loaded it."""
+
+
+def _orjson() -> ModuleType | None:
+    """orjson, loaded on first use (a command that verifies no log does not import it)."""
+    if not _ORJSON:
+        _ORJSON.append(_load_orjson())
+    return _ORJSON[0]
+
+
 # --------------------------------------------------------------------------
 # Checking one line
 
@@ -266,6 +297,83 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _floats(objs: list[dict[str, Any]]) -> list[float]:
+    """Every float inside `objs`, in any order."""
+    values = list(chain.from_iterable(map(dict.values, objs)))
+    types = list(map(type, values))
+    kinds = set(types)
+    if dict not in kinds and list not in kinds:
+        return list(compress(values, map(operator.is_, types, repeat(float)))) if float in kinds else []
+    out: list[float] = []
+    stack: list[Any] = values
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is float:
+            out.append(node)
+        elif kind is dict:
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+    return out
+
+
+def _orjson_objects(body: bytes, count: int) -> list[dict[str, Any]] | None:
+    """The objects of `count` newline-separated lines when each is canonical, proved with orjson; else None.
+
+    orjson's sorted, compact output equals `canonical_bytes` for every string,
+    key order, integer and structure (checked at import and in the tests), so
+    a line equal to orjson's encoding of its object is canonical once every
+    float in it is written as Python writes it (orjson writes 1e-05 as
+    0.00001, 1e+16 as 1e16): the floats are re-encoded both ways and compared.
+    Integers beyond 64 bits parse as floats in orjson and never round-trip.
+    """
+    orjson = _orjson()
+    assert orjson is not None
+    try:
+        objs: list[dict[str, Any]] = orjson.loads(b"[" + body.replace(b"\n", b",") + b"]")
+    except ValueError:  # orjson.JSONDecodeError
+        return None
+    if len(objs) != count or set(map(type, objs)) != {dict}:
+        return None
+    try:
+        # A canonical encoding never holds a raw newline, so the joined texts are
+        # equal exactly when every line equals its own object's encoding.
+        if b"\n".join(map(orjson.dumps, objs, repeat(None), repeat(orjson.OPT_SORT_KEYS))) != body:
+            return None
+        floats = _floats(objs)
+        if floats and orjson.dumps(floats) != ("[" + ",".join(map(repr, floats)) + "]").encode("ascii"):
+            return None
+    except (TypeError, ValueError):  # orjson.JSONEncodeError
+        return None
+    return objs
+
+
+def _std_objects(block: bytes, count: int) -> list[dict[str, Any]] | None:
+    """The objects of a block's `count` lines when each is canonical, proved with the standard library; else None."""
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    body = text[:-1]
+    if body.count("\n") != count - 1:  # cannot happen for valid UTF-8; cheap to guard
+        return None
+    try:
+        objs: list[dict[str, Any]] = json.loads("[" + body.replace("\n", ",") + "]")
+    except (ValueError, RecursionError):
+        return None
+    if len(objs) != count or set(map(type, objs)) != {dict}:
+        return None
+    try:
+        # A canonical encoding never holds a raw newline, so the joined texts are
+        # equal exactly when every line equals its own object's encoding.
+        if "\n".join(map(_encode, objs)) != body:
+            return None
+    except ValueError:
+        return None
+    return objs
+
+
 def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, int, str] | None:
     """Check a block of whole lines after the first, linked among themselves; None when anything looks off.
 
@@ -276,29 +384,22 @@ def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, i
     """
     braw = block.split(b"\n")
     braw.pop()  # the block ends with a newline
-    try:
-        text = block.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    body = text[:-1]
     count = len(braw)
-    if body.count("\n") != count - 1:  # cannot happen for valid UTF-8; cheap to guard
-        return None
     if _TOO_MANY_BRACKETS.search(block.translate(None, _NOT_BRACKETS)):
         return None  # a line may nest deeper than MAX_DEPTH: let the strict reader decide
-    try:
-        objs = json.loads("[" + body.replace("\n", ",") + "]")
-    except (ValueError, RecursionError):
+    objs = None
+    # Records kept come from the standard parser, as always. A float Python writes
+    # with an exponent (e-05, e+16) is one orjson writes otherwise: such a block
+    # would fail orjson's proof, so it goes straight to the standard library's.
+    if keep is None and b"e-" not in block and b"e+" not in block and _orjson() is not None:
+        objs = _orjson_objects(block[:-1], count)
+    if objs is None:
+        objs = _std_objects(block, count)
+    if objs is None:
         return None
-    if len(objs) != count or set(map(type, objs)) != {dict}:
-        return None
     try:
-        # A canonical encoding never holds a raw newline, so the joined texts are
-        # equal exactly when every line equals its own object's encoding.
-        if "\n".join(map(_encode, objs)) != body:
-            return None
         prevs = list(map(_get_prev, objs))
-    except (ValueError, KeyError):
+    except KeyError:
         return None
     hashes = list(map(_hexdigest, map(hashlib.sha256, braw)))
     if prevs[1:] != hashes[:-1]:

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import Code, GateRefusal, ProviderRefusal, Refusal
+from harness.errors import Code, GateRefusal, MeterRefusal, ProviderRefusal, Refusal, WorkerRefusal
 from harness.evidence.fsutil import atomic_write, cap_output, ensure_private_dir
 from harness.evidence.git import git_dir_snapshot, snapshot_changes
 from harness.evidence.jsonio import read_bytes, sha256_hex
@@ -28,8 +28,11 @@ from harness.gate.metering import metering_proxy, socket_base_url, wire_end
 from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
+from harness.meter.allowance import Allowance
 from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
+from harness.workers.arm import ArmWorker
 from harness.workers.limits import resolve_limits
+from harness.workers.llm_edit import TESTS_ARGV_ENV
 from harness.workers.process import ProcessResult, WorkerOutcome, run_group
 from harness.workers.sandbox import (
     IN_SANDBOX,
@@ -149,6 +152,9 @@ class DispatchResult(WorkerOutcome):
     tree_after: TreeSignature
     sandbox: dict[str, Any]
     process: ProcessResult
+    budget_stop: bool = False
+    """The metering proxy answered a request of this run with a budget stop: the attempt ends `budget_stop`."""
+    worker: ArmWorker | None = None
 
     def to_json(self) -> dict[str, Any]:
         return self.outcome_json({
@@ -162,6 +168,8 @@ class DispatchResult(WorkerOutcome):
             "output_file": self.output_file,
             "tree_after": self.tree_after.to_json(),
             "sandbox": self.sandbox,
+            "budget_stop": self.budget_stop,
+            "worker": None if self.worker is None else self.worker.to_json(),
         })
 
 
@@ -175,6 +183,8 @@ def dispatch(
     catalog_path: str | None = None,
     pricing_path: str | None = None,
     sandbox: str | None = None,
+    worker: ArmWorker | None = None,
+    allowance: Allowance | None = None,
     upstream_url: str | None = None,
     timeout_s: float | None = None,
     prompt_text: str | None = None,
@@ -184,6 +194,8 @@ def dispatch(
     Returns the dispatch's end record. On stagnation the lane switches first
     and the worker gets an evidence packet (`harness.gate.escalation`).
     `sandbox`: "bwrap" or "none" (default: `PROCTOR_SANDBOX`, else bwrap).
+    `worker`: an arm's worker run on `model` instead of the catalog's (docs/gated-path.md, "Agent arms");
+    `allowance`: what the attempt may still spend through the metering proxy ("Budgets inside an attempt").
     The study runner's seams (a repository-task attempt, docs/run.md): `upstream_url` replaces the
     model's base URL behind the metering proxy, `timeout_s` shortens the task's `timeout_s` (the
     attempt's deadline), `prompt_text` replaces the task's prompt (the plan's prompt for the arm).
@@ -191,6 +203,10 @@ def dispatch(
     refuse_nested("dispatch")
     if model is not None and argv:
         raise ProviderRefusal(Code.WORKER_CHOICE_CONFLICT, "give either --model or --command, not both")
+    if worker is not None and (model is None or not isinstance(worker, ArmWorker)):
+        raise WorkerRefusal(Code.ARM_WORKER_INVALID, "an arm's worker is an ArmWorker run on a model (--model)")
+    if allowance is not None and (model is None or not isinstance(allowance, Allowance)):
+        raise MeterRefusal(Code.ALLOWANCE_INVALID, "an allowance is an Allowance for a model's metering proxy")
     if model is None and not argv:
         raise GateRefusal(Code.WORKER_COMMAND_MISSING, "give --model ID|auto, or the worker's argv after --command --")
     with gated(workspace, task_path, state_dir) as gate, gate.journaling_refusals("dispatch"):
@@ -242,31 +258,36 @@ def dispatch(
         network = "none"
         if choice is not None:
             assert choice.model.worker is not None
-            argv = choice.model.worker.render(
-                model=choice.model.id, workspace=gate.workspace, prompt_file=given["PROCTOR_PROMPT_FILE"],
-                python=sys.executable,
-            )
-            network = choice.model.worker.network
+            if worker is None:
+                argv = choice.model.worker.render(
+                    model=choice.model.id, workspace=gate.workspace, prompt_file=given["PROCTOR_PROMPT_FILE"],
+                    python=sys.executable,
+                )
+            network = "proxy" if worker is not None or allowance is not None else choice.model.worker.network
             upstream = upstream_url or choice.model.effective_base_url()
             wire_name = f"{gate.task.task_id}/{dispatch_id}"
             proxied: AbstractContextManager[dict[str, Any]] = (
-                metering_proxy(upstream, os.path.join(folder, "wire.jsonl"), wire_name, unix=sandboxed)
+                metering_proxy(upstream, os.path.join(folder, "wire.jsonl"), wire_name, unix=sandboxed,
+                               allowance=allowance)
                 if network == "proxy" else nullcontext({})
             )
         else:
             proxied = nullcontext({})
-        assert argv is not None
         with proxied as metering:
             model_fields: dict[str, Any] = {}
             if choice is not None:
                 from harness.providers.catalog import worker_env
 
+                base_url = socket_base_url(metering["base_url"]) if metering.get("socket") else metering.get("base_url", upstream)
+                given.update(worker_env(choice.model, choice.catalog, base_url))
                 if metering.get("socket"):
-                    given.update(worker_env(choice.model, choice.catalog, socket_base_url(metering["base_url"])))
                     given[PROXY_SOCKET_ENV] = os.path.join(IN_SANDBOX, "proxy", "proxy.sock")
                     placed.append((os.path.dirname(metering["socket"]), os.path.join(IN_SANDBOX, "proxy")))
-                else:
-                    given.update(worker_env(choice.model, choice.catalog, metering.get("base_url", upstream)))
+                if worker is not None:
+                    argv = worker.render(model=choice.model.id, prompt_file=given["PROCTOR_PROMPT_FILE"],
+                                         base_url=base_url, python=sys.executable, workspace=gate.workspace)
+                    if worker.kind == "llm-edit" and worker.repair_turns:
+                        given[TESTS_ARGV_ENV] = json.dumps(gate.pin["verifier_argv"])
                 credential = choice.model.credential_env
                 if sandboxed and credential and os.environ.get(credential):
                     given[credential] = os.environ[credential]  # what it would inherit without a sandbox
@@ -284,7 +305,12 @@ def dispatch(
                     "wire_log": metering.get("wire_log"),
                     "wire_name": metering.get("wire_name"),
                 }
+                if worker is not None:
+                    model_fields["worker"] = worker.to_json()
+                if allowance is not None:
+                    model_fields["allowance"] = allowance.to_json()
             env = sandbox_env(os.environ, given, sandboxed=sandboxed)
+            assert argv is not None
             program = find_program(argv[0], gate.workspace, env)
             readable = named_paths(argv, program)
             if choice is not None:
@@ -381,4 +407,6 @@ def dispatch(
         tree_after=tree,
         sandbox=wrapped.record,
         process=result,
+        budget_stop=bool(wire and wire.get("budget_stops")),
+        worker=worker,
     )

@@ -14,29 +14,35 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import Refusal
+
+if TYPE_CHECKING:
+    from harness.meter.allowance import Allowance
 
 __all__ = ["metering_proxy", "socket_base_url", "wire_end"]
 
 
 @contextmanager
-def metering_proxy(upstream: str, out: str, name: str, *, unix: bool = False) -> Iterator[dict[str, Any]]:
+def metering_proxy(
+    upstream: str, out: str, name: str, *, unix: bool = False, allowance: Allowance | None = None
+) -> Iterator[dict[str, Any]]:
     """Run the metering proxy in front of `upstream` for the block.
 
     Yields a dict: `base_url` (what the worker must use), `wire_log` (the
     chained wire log `out`, seed `proctor-wire:<name>`), with `unix` the
     `socket` it also listens on (in a private folder, removed afterwards)
     and, once the block has ended, `proxy` (the proxy's summary: exchanges
-    recorded, failures).
+    recorded, failures, budget stops). With `allowance` the proxy stops requests that
+    would cross it (docs/models.md, "Budgets inside an attempt").
     """
     from harness.meter.proxy import start_proxy
 
     folder = tempfile.mkdtemp(prefix="proctor-proxy-") if unix else None
     try:
         sock = os.path.join(folder, "proxy.sock") if folder is not None else None
-        proxy = start_proxy(upstream, out, port=0, name=name, unix_socket=sock)
+        proxy = start_proxy(upstream, out, port=0, name=name, unix_socket=sock, allowance=allowance)
         metering: dict[str, Any] = {"base_url": proxy.url, "wire_log": out, "wire_name": name, "socket": sock}
         try:
             yield metering
@@ -80,6 +86,8 @@ def wire_end(metering: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         "head": head,
         "interleaved": interleaved,
     }
+    if summary.get("allowance") is not None:
+        out.update(budget_stops=summary["budget_stops"], allowance=summary["allowance"])
     file_lines: int | None = 0
     file_head: str | None = None
     problem: dict[str, Any] | None = None

@@ -23,6 +23,7 @@ import httpx
 from harness.errors import Code, InputRefusal, MeterRefusal, Refusal
 from harness.evidence.chain_read import seed_hash, verify_log
 from harness.evidence.fsutil import atomic_write
+from harness.meter.allowance import Allowance, AllowanceLedger
 from harness.meter.exchange import redact_url
 from harness.meter.relay import ProxyServer, UnixProxyServer
 from harness.meter.wire import WireLog, wire_seed
@@ -55,6 +56,11 @@ class ProxyHandle:
     def exchanges(self) -> int:
         """Exchanges recorded so far."""
         return self._server.exchanges
+
+    @property
+    def budget_stops(self) -> int:
+        """Requests answered with a budget stop (never sent upstream)."""
+        return 0 if self._server.ledger is None else self._server.ledger.stops
 
     @property
     def failures(self) -> int:
@@ -114,6 +120,8 @@ class ProxyHandle:
             "out": self.out, "name": self.name, "seed": wire_seed(self.name), "socket": self.socket,
             "exchanges": self.exchanges, "record_failures": self.failures,
             "wire_lines": self.wire_lines, "wire_head": self.wire_head, "wire_interleaved": self.wire_interleaved,
+            "budget_stops": self.budget_stops,
+            "allowance": None if self._server.ledger is None else self._server.ledger.summary(),
         }
 
     def __enter__(self) -> ProxyHandle:
@@ -159,6 +167,7 @@ def _check_out(out: str, name: str) -> str:
 def start_proxy(
     upstream: str, out: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
     name: str = "proxy", timeout_s: float = _DEFAULT_TIMEOUT_S, unix_socket: str | None = None,
+    allowance: Allowance | None = None,
 ) -> ProxyHandle:
     """Start a metering proxy in a background thread; `close()` it when done.
 
@@ -169,7 +178,11 @@ def start_proxy(
         name: the wire log's name (its seed is `proctor-wire:<name>`).
         timeout_s: the upstream read/write timeout (generous: models think).
         unix_socket: also listen on this Unix socket path (its folder must exist; at most 107 bytes).
+        allowance: what the attempt may still spend: a request whose worst case would cross it is
+            answered 402 `budget_stop`, never sent upstream, and logged as not sent (docs/models.md).
     """
+    if allowance is not None and not isinstance(allowance, Allowance):
+        raise MeterRefusal(Code.ALLOWANCE_INVALID, "allowance must be an Allowance")
     origin, prefix = _check_upstream(upstream)
     _check_host(host)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
@@ -183,7 +196,8 @@ def start_proxy(
     for default in ("user-agent", "accept"):  # send only what the client sent
         del client.headers[default]
     try:
-        server = ProxyServer((host, port), origin, WireLog(out_path, name), client, base_head)
+        ledger = None if allowance is None else AllowanceLedger(allowance)
+        server = ProxyServer((host, port), origin, WireLog(out_path, name), client, base_head, ledger)
     except OSError as exc:
         client.close()
         raise MeterRefusal(Code.PROXY_PORT_UNAVAILABLE, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -21,6 +21,12 @@ import httpx
 
 from harness.errors import Refusal
 from harness.evidence.clock import Clock
+from harness.meter.allowance import (
+    BUDGET_STOP_STATUS,
+    AllowanceLedger,
+    budget_stop_body,
+    worst_case,
+)
 from harness.meter.exchange import (
     SECRET_QUERY_KEYS,
     api_shape_for_path,
@@ -28,7 +34,8 @@ from harness.meter.exchange import (
     redact_url,
     request_streams,
 )
-from harness.meter.wire import WireLog
+from harness.meter.wire import BUDGET_STOP, WireLog, exchange_cost
+from harness.providers.registry import free_path
 
 __all__ = ["CREDENTIAL_HEADERS", "HOP_BY_HOP", "MAX_REQUEST_BYTES", "ProxyServer", "UnixProxyServer"]
 
@@ -56,9 +63,12 @@ class ProxyServer(ThreadingHTTPServer):
     request_queue_size = 256
 
     def __init__(
-        self, address: tuple[str, int], upstream: str, wire: WireLog, client: httpx.Client, base_head: str
+        self, address: tuple[str, int], upstream: str, wire: WireLog, client: httpx.Client, base_head: str,
+        ledger: AllowanceLedger | None = None,
     ) -> None:
         self.upstream_origin = upstream
+        self.ledger = ledger
+        """The attempt's allowance, when it has one: requests that would cross it get a budget stop."""
         self.base_head = base_head
         """The head the proxy's first line must chain onto: the log's head at start (the seed's hash if new)."""
         self.wire = wire
@@ -96,8 +106,8 @@ class ProxyServer(ThreadingHTTPServer):
         exc = sys.exc_info()[1]
         sys.stderr.write(f"proctor wire proxy: a connection failed: {type(exc).__name__}\n")
 
-    def record(self, **kwargs: Any) -> bool:
-        """Append one wire record; on failure count it and say so on stderr (never a secret).
+    def record(self, **kwargs: Any) -> dict[str, Any] | None:
+        """Append one wire record and return it; on failure count it and say so on stderr (never a secret).
 
         What the proxy wrote is kept in memory (`wire_lines`, `wire_head`), and
         an append that did not chain onto the proxy's own previous line (for the
@@ -113,7 +123,7 @@ class ProxyServer(ThreadingHTTPServer):
                 with self.cond:
                     self.failures += 1
                 sys.stderr.write(f"proctor wire proxy: could not record an exchange: {exc}\n")
-                return False
+                return None
             expected_prev = self.wire_head if self.wire_head is not None else self.base_head
             with self.cond:
                 if written.get("prev") != expected_prev:
@@ -121,7 +131,7 @@ class ProxyServer(ThreadingHTTPServer):
                 self.wire_lines = self.wire.appended
                 self.wire_head = self.wire.appended_head
                 self.exchanges += 1
-        return True
+        return written
 
 
 class UnixProxyServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -144,6 +154,8 @@ class UnixProxyServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: ProxyServer
+    _ticket: int | None = None
+    """The allowance hold of the exchange in progress (None: no allowance, or settled)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the wire log is the record."""
@@ -161,8 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- the request
 
-    def _local_error(self, status: int, message: str, code: str) -> None:
-        body = _error_body(message, code)
+    def _local_error(self, status: int, message: str, code: str, body: bytes | None = None) -> None:
+        body = _error_body(message, code) if body is None else body
         with contextlib.suppress(OSError):  # the client may have gone already
             self.send_response_only(status)
             self.send_header("Content-Type", "application/json")
@@ -230,7 +242,52 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._exchange(body)
 
+    def _record(self, **kwargs: Any) -> dict[str, Any] | None:
+        """Record through the server; an exchange holding part of the allowance is settled at once
+        (before a whole response is delivered, so the client's next request sees it settled)."""
+        written = self.server.record(**kwargs)
+        ledger, ticket = self.server.ledger, self._ticket
+        if ledger is not None and ticket is not None:
+            self._ticket = None
+            cost = None if written is None else exchange_cost(written, ledger.allowance.pricing, ledger.allowance.keys)
+            ledger.settle(ticket, cost)
+        return written
+
     def _exchange(self, body: bytes) -> None:
+        ledger = self.server.ledger
+        method, path = self.command, self.path
+        billable = method not in ("GET", "HEAD", "OPTIONS") and not free_path(urlsplit(path).path.rstrip("/"))
+        if ledger is None or not billable:
+            self._send_upstream(body)
+            return
+        shape = api_shape_for_path(method, path)
+        worst, _basis = worst_case(ledger.allowance, shape, model_from_request(path, body), body)
+        ticket, remaining = ledger.admit(worst)
+        if ticket is None:
+            self._budget_stop(body, worst, remaining)
+            return
+        self._ticket = ticket
+        try:
+            self._send_upstream(body)
+        finally:
+            if self._ticket is not None:  # never recorded (the handler failed): count its worst case
+                self._ticket = None
+                ledger.settle(ticket, None)
+
+    def _budget_stop(self, body: bytes, worst: float, remaining: float) -> None:
+        """Answer 402 `budget_stop` without sending anything upstream, and log it as not sent ($0)."""
+        srv = self.server
+        method, path = self.command, self.path
+        url = srv.upstream_origin + path
+        shape = api_shape_for_path(method, path)
+        answer = budget_stop_body(worst, remaining)
+        now = srv.clock.now()
+        srv.record(api_shape=shape, model=model_from_request(path, body), url=url, request_body=body, method=method,
+                   secrets=self._secrets(), status=BUDGET_STOP_STATUS, response_raw=answer, started=now, ended=now,
+                   latency_s=0.0, stream=False, error_code=BUDGET_STOP)  # fmt: skip
+        self._local_error(BUDGET_STOP_STATUS, "", BUDGET_STOP, body=answer)
+
+    def _send_upstream(self, body: bytes) -> None:
         srv = self.server
         method, path = self.command, self.path
         url = srv.upstream_origin + path
@@ -248,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
         except httpx.HTTPError as exc:
             timeout = isinstance(exc, httpx.TimeoutException)
             ended, latency = srv.clock.now(), time.monotonic() - t0
-            srv.record(**meta, status=None, response_raw=b"", started=started, ended=ended, latency_s=latency,
+            self._record(**meta, status=None, response_raw=b"", started=started, ended=ended, latency_s=latency,
                        stream=asked_stream, error_code="timeout" if timeout else "transport")
             message = f"upstream {redact_url(url)} {'timed out' if timeout else 'unreachable'}: {type(exc).__name__}"
             self._local_error(504 if timeout else 502, message, "upstream_timeout" if timeout else "upstream_unreachable")
@@ -293,7 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
             error = "timeout" if isinstance(exc, httpx.TimeoutException) else "transport"
         raw = b"".join(parts)
         ended, latency = srv.clock.now(), time.monotonic() - t0
-        recorded = srv.record(**meta, status=response.status_code, response_raw=raw, started=started, ended=ended,
+        recorded = self._record(**meta, status=response.status_code, response_raw=raw, started=started, ended=ended,
                               latency_s=latency, stream=stream, response_headers=dict(response.headers),
                               error_code=error)
         if error is not None:
@@ -342,7 +399,7 @@ class _Handler(BaseHTTPRequestHandler):
         if error is not None:
             self.close_connection = True
         ended, latency = srv.clock.now(), time.monotonic() - t0
-        srv.record(**meta, status=response.status_code, response_raw=b"".join(parts), started=started, ended=ended,
+        self._record(**meta, status=response.status_code, response_raw=b"".join(parts), started=started, ended=ended,
                    latency_s=latency, stream=True, response_headers=dict(response.headers), error_code=error)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward

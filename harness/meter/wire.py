@@ -15,6 +15,7 @@ from typing import Any, Final
 from harness.errors import Code, MeterRefusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log
+from harness.evidence.group import GroupLog, GroupWriter
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.exchange import (
@@ -30,12 +31,14 @@ from harness.records.usage import CATEGORIES, TokenUsage
 
 __all__ = [
     "SEED_PREFIX",
+    "WIRE_ERROR_CODES",
     "WIRE_KIND",
     "WireLog",
     "WireRecord",
     "WireTotals",
     "decode_body",
     "encode_body",
+    "exchange_cost",
     "meter_wire",
     "read_wire",
     "wire_seed",
@@ -44,6 +47,9 @@ __all__ = [
 SEED_PREFIX: Final = "proctor-wire:"
 WIRE_KIND: Final = "wire-exchange.v1"
 VIAS: Final = ("direct", "proxy")
+BUDGET_STOP: Final = "budget_stop"
+"""The error code of an exchange the proxy answered itself (402) and never sent upstream (`harness.meter.allowance`)."""
+WIRE_ERROR_CODES: Final = (*ERROR_CODES, BUDGET_STOP)
 _FIELDS: Final = frozenset({
     "kind", "api_shape", "model", "method", "url", "request_body", "request_sha256", "status",
     "response_raw", "response_sha256", "content_encoding", "stream", "started", "ended", "latency_s",
@@ -106,6 +112,11 @@ class WireRecord:
     via: str
     redacted: bool = False
 
+    @property
+    def sent(self) -> bool:
+        """False for a budget stop: the proxy answered the request itself and sent nothing upstream."""
+        return self.error_code != BUDGET_STOP
+
 
 def _scrub(data: bytes, secrets: Iterable[bytes]) -> tuple[bytes, bool]:
     """`data` with every secret replaced by REDACTED, and whether any was found."""
@@ -124,8 +135,10 @@ def _record(
 ) -> dict[str, Any]:
     if via not in VIAS:
         raise MeterRefusal(Code.WIRE_RECORD_INVALID, f"via must be one of {VIAS}, not {via!r}")
-    if error_code is not None and error_code not in ERROR_CODES:
+    if error_code is not None and error_code not in WIRE_ERROR_CODES:
         raise MeterRefusal(Code.WIRE_RECORD_INVALID, f"unknown error_code {error_code!r}")
+    if error_code == BUDGET_STOP and (via != "proxy" or status != 402 or usage is not None):
+        raise MeterRefusal(Code.WIRE_RECORD_INVALID, "a budget stop is the proxy's own 402, without usage")
     return {
         "kind": WIRE_KIND,
         "api_shape": api_shape if find_adapter(api_shape) is not None else "unknown",
@@ -166,10 +179,17 @@ def _header(headers: Mapping[str, str] | None, *names: str) -> str | None:
 class WireLog:
     """The writer of the wire log at `path` named `name` (seed `proctor-wire:<name>`)."""
 
-    def __init__(self, path: PathArg, name: str) -> None:
+    def __init__(self, path: PathArg, name: str, *, group: GroupWriter | None = None) -> None:
+        """`group`: stage the lines through a group-commit writer (durable once its ticket is)."""
         self.path = os.fspath(path)
         self.name = name
-        self._log = ChainedLog(self.path, wire_seed(name))
+        self._log: ChainedLog | GroupLog = (ChainedLog(self.path, wire_seed(name)) if group is None
+                                            else group.log(self.path, wire_seed(name)))
+
+    def _append(self, record: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(self._log, GroupLog):
+            return self._log.stage(record)
+        return self._log.append(record)
 
     @property
     def appended(self) -> int:
@@ -187,7 +207,7 @@ class WireLog:
         stream = request_streams(req.api_shape, req.url, req.body)
         derived = describe_response(req.api_shape, exchange.raw_response, stream=stream)
         parsed = exchange.parsed
-        return self._log.append(_record(
+        return self._append(_record(
             api_shape=req.api_shape, model=req.model, method="POST", url=req.url, request_body=req.body,
             status=exchange.status, response_raw=exchange.raw_response, content_encoding=None, stream=stream,
             started=exchange.started, ended=exchange.ended, latency_s=exchange.latency_s,
@@ -233,7 +253,7 @@ class WireLog:
         if request_id is not None:
             scrubbed, hit = _scrub(request_id.encode("utf-8", "surrogateescape"), hidden)
             request_id, redacted = scrubbed.decode("utf-8", "replace"), redacted or hit
-        return self._log.append(_record(
+        return self._append(_record(
             api_shape=api_shape, model=model, method=method, url=url, request_body=request_body,
             status=status, response_raw=response_raw, content_encoding=coding, stream=stream,
             started=started, ended=ended, latency_s=ended - started if latency_s is None else latency_s,
@@ -291,8 +311,10 @@ def _parse_record(doc: dict[str, Any], line: int) -> WireRecord:
     if not isinstance(doc["method"], str) or not isinstance(doc["url"], str):
         raise ValueError("method and url must be strings")
     error_code = _opt_str(doc, "error_code")
-    if error_code is not None and error_code not in ERROR_CODES:
+    if error_code is not None and error_code not in WIRE_ERROR_CODES:
         raise ValueError(f"unknown error_code {error_code!r}")
+    if error_code == BUDGET_STOP and (doc["via"] != "proxy" or status != 402 or doc["usage"] is not None):
+        raise ValueError("a budget stop must be the proxy's own 402, without usage")
     request_body, response_raw = decode_body(doc["request_body"]), decode_body(doc["response_raw"])
     if sha256_hex(request_body) != doc["request_sha256"]:
         raise ValueError("request_sha256 does not match request_body")
@@ -345,6 +367,7 @@ class WireTotals:
         cost: the total (None when any metered exchange is unknown), with the known partial sum.
         metered: exchanges metered (known or unknown); `usage_unknown`/`price_unknown` count among them.
         errors_unbilled: refused requests (non-2xx) whose body reported no usage.
+        budget_stops: requests the proxy stopped itself (never sent upstream, $0; not in `errors_unbilled`).
         not_metered: GET/HEAD/OPTIONS and token-counting requests.
         by_model: per model: requests, tokens and cost.
     """
@@ -357,6 +380,7 @@ class WireTotals:
     not_metered: int
     pricing_sha256: str
     by_model: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    budget_stops: int = 0
 
     @property
     def usage_unknown(self) -> int:
@@ -375,6 +399,7 @@ class WireTotals:
             "usage_unknown": self.usage_unknown,
             "price_unknown": self.price_unknown,
             "errors_unbilled": self.errors_unbilled,
+            "budget_stops": self.budget_stops,
             "not_metered": self.not_metered,
             "pricing_sha256": self.pricing_sha256,
             "by_model": {k: dict(v) for k, v in self.by_model.items()},
@@ -382,7 +407,9 @@ class WireTotals:
 
 
 def _disposition(rec: WireRecord) -> str:
-    """"meter", "error" (refused, unbilled) or "skip" (not a billable exchange)."""
+    """"meter", "error" (refused, unbilled), "stop" (a budget stop: not sent) or "skip" (not a billable exchange)."""
+    if not rec.sent:
+        return "stop"
     if rec.api_shape == "unknown":
         path = rec.url.split("?", 1)[0].rstrip("/")
         if rec.method in ("GET", "HEAD", "OPTIONS") or free_path(path):
@@ -401,11 +428,14 @@ def meter_wire(
     mapping = keys or {}
     costs: list[Cost] = []
     per_model: dict[str, list[tuple[TokenUsage | None, Cost]]] = {}
-    errors = skipped = 0
+    errors = skipped = stops = 0
     for rec in items:
         kind = _disposition(rec)
         if kind == "skip":
             skipped += 1
+            continue
+        if kind == "stop":
+            stops += 1
             continue
         if kind == "error":
             errors += 1
@@ -424,5 +454,15 @@ def meter_wire(
         }
         for model, pairs in sorted(per_model.items())
     }
-    return WireTotals(len(items), len(costs), tokens, total_cost(costs), errors, skipped, pricing.sha256, by_model)
+    return WireTotals(len(items), len(costs), tokens, total_cost(costs), errors, skipped, pricing.sha256, by_model,
+                      stops)  # fmt: skip
+
+
+def exchange_cost(written: Mapping[str, Any], pricing: PricingTable, keys: Mapping[str, str] | None = None) -> float | None:
+    """What one record just appended (`WireLog.append_raw`'s line) meters to, as `meter_wire` would; None: unknown."""
+    try:
+        rec = _parse_record(dict(written), 0)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return meter_wire([rec], pricing, keys).cost.total
 

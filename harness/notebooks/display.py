@@ -1,4 +1,5 @@
-"""Plain tables for a notebook: what the runner returns (`RunSummary`, `RunProgress`) and a stage's anchors.
+"""Plain tables for a notebook: what the runner returns (`RunSummary`, `RunProgress`), a stage's anchors,
+and what `prereg check` says of a design (`check_table`, `budget_table`, `power_table`: new_study.ipynb).
 
 A `Table` is rows of plain dicts that render as aligned text (papermill's logs)
 and as HTML (Jupyter); `notebooks/run_study.ipynb` imports this module as `tables`.
@@ -18,9 +19,12 @@ from harness.evidence.chain_read import read_log, verify_log
 from harness.run.layout import log_seed
 from harness.run.summary import RunProgress, RunSummary
 
-__all__ = ["SCROLL_STYLE", "Table", "anchors_table", "cells_table", "preflight_table", "progress_table", "summary_table"]
+__all__ = ["NO_MATH", "SCROLL_STYLE", "Table", "anchors_table", "budget_table", "cells_table", "check_table", "power_table",
+           "preflight_table", "progress_table", "summary_table"]
 
 
+NO_MATH = "tex2jax_ignore mathjax_ignore"
+"""The classes that keep MathJax (JupyterLab, the HTML export) from reading dollar amounts as TeX."""
 SCROLL_STYLE = "overflow-x: auto; max-width: 100%;"
 """A table wider than the page scrolls inside its own box; the page itself never scrolls sideways."""
 
@@ -94,8 +98,9 @@ class Table:
         head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(_td(row.get(c)) for c in self.columns) + "</tr>" for row in self.rows)
         note = f"<p>{esc(self.note)}</p>" if self.note else ""
-        return (f"<p><b>{esc(self.title)}</b></p><div class=\"proctor-table\" style=\"{SCROLL_STYLE}\">"
-                f"<table><tr>{head}</tr>{body}</table></div>{note}")
+        # JupyterLab typesets text between two `$` as TeX ("spend $0.01 of ceiling $3.2"): never in a table
+        return (f"<div class=\"{NO_MATH}\"><p><b>{esc(self.title)}</b></p><div class=\"proctor-table\" "
+                f"style=\"{SCROLL_STYLE}\"><table><tr>{head}</tr>{body}</table></div>{note}</div>")
 
 
 def preflight_table(summary: RunSummary) -> Table:
@@ -178,3 +183,56 @@ def anchors_table(folder: str | os.PathLike[str], study: str, stage: str) -> Tab
     rows += [{"name": name, "lines": None, "head / sha256": sha} for name, sha in sorted(last["manifests"].items())]
     return Table(f"Anchors of study {study} stage {stage}: last anchor ({last['reason']}) of {len(records)}",
                  tuple(rows), note=f"anchors.jsonl: {status.lines} lines, head {status.head}")
+
+
+# --------------------------------------------------------------------------
+# What `prereg check` (harness.prereg.check.check_prereg) says of a design: notebooks/new_study.ipynb
+
+
+def check_table(report: dict[str, Any]) -> Table:
+    """The design at a glance: state, draw, cells per stage, and every warning `prereg check` gave."""
+    rows: list[dict[str, Any]] = [
+        {"what": "state", "value": report["frozen"]["state"]},
+        {"what": "suite", "value": f"{report['packet']['suite']} ({report['packet']['items']} items in the packet)"},
+        {"what": "draw", "value": f"{report['draw']['items']} items, seed {report['draw']['seed']}"},
+        *({"what": f"stage {s['stage']}", "value": f"{s['cells']} cells ({s['formula']})"} for s in report["stages"]),
+        {"what": "cells", "value": report["cells_total"]},
+        *({"what": "warning", "value": w} for w in report["warnings"]),
+    ]
+    return Table(f"prereg check of study {report['study']}: {report['title']}", tuple(rows),
+                 note="a warning does not stop the freeze; read each before freezing")
+
+
+def budget_table(report: dict[str, Any]) -> Table:
+    """Per system and stage: the expected case (each item at the reserve) beside the worst case (every rerun
+    and transport retry spent), against its cap; then the overall cap and the ceiling."""
+    b = report["budget"]
+    rows: list[dict[str, Any]] = []
+    for s in b["systems"]:
+        for r in s["stages"]:
+            rows.append({"system": s["slot"], "stage": r["stage"], "items": r["items"],
+                         "expected_usd": r["cumulative_usd"], "worst_attempts_per_item": r["worst_attempts_per_item"],
+                         "worst_usd": r["worst_cumulative_usd"], "limit_usd": s["cap_usd"], "covers": r["covers"]})
+    rows.append({"system": "all", "stage": "overall cap", "items": sum(s["items"] for s in b["systems"]),
+                 "expected_usd": b["expected_usd"], "worst_attempts_per_item": None, "worst_usd": b["worst_usd"],
+                 "limit_usd": b["available_usd"], "covers": b["covers"]["overall_cap"]})
+    rows.append({"system": "all", "stage": "ceiling", "items": None, "expected_usd": b["expected_usd"],
+                 "worst_attempts_per_item": None, "worst_usd": b["worst_usd"],
+                 "limit_usd": round(b["ceiling_usd"] - b["spend_before_usd"], 6), "covers": b["covers"]["ceiling"]})
+    return Table(f"Budget at the reserve ${b['reserve_per_item_usd']:g} per item: expected and worst case", tuple(rows),
+                 note="cumulative over the stages; covers: worst, expected or neither (docs/prereg.md, Budget)")
+
+
+def power_table(report: dict[str, Any]) -> Table:
+    """Per registered comparison and stage: the items needed, the exact power at the stage's items, and the
+    minimum detectable margin; a comparison no stage reaches says so."""
+    rows: list[dict[str, Any]] = []
+    for c in report["power"]:
+        name = f"{c['a']} vs {c['b']} ({c['arm']})"
+        needed = c["needed"].get("n")
+        for s in c["stages"]:
+            rows.append({"comparison": name, "margin": c["margin"], "needed_items": needed, "stage": s["stage"],
+                         "items": s["items"], "power": s["power_at_items"], "target": c["power"],
+                         "reaches": s["reaches"], "min_detectable_margin": s["minimum_detectable_margin"]})
+    return Table("Power of each registered comparison at each stage's items (the registered test, exact)",
+                 tuple(rows), note="needed_items: at the registered alpha and power; '-' when no n reaches it")

@@ -22,6 +22,7 @@ from harness.evidence.jsonio import loads_strict, read_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.evidence.paths import repo_root, resolve
 from harness.evidence.portable import shown_path
+from harness.notebooks import lab
 from harness.notebooks.display import Table, progress_table
 from harness.run.anchors import OUTPUT_REASONS, output_manifest_name
 from harness.run.layout import LOGS, log_seed, stage_folder
@@ -49,8 +50,9 @@ __all__ = [
     "study_base_urls",
 ]
 
-KERNEL_NAME: Final = "python3"
-"""The kernel papermill starts: ipykernel installs this kernelspec into the venv (sys.prefix)."""
+KERNEL_NAME: Final = lab.KERNEL_NAME
+"""The kernel papermill starts, as JupyterLab does: `proctor`, this environment's Python
+(`harness.notebooks.lab.project_kernel` installs it into sys.prefix when missing)."""
 
 _MAX_NOTEBOOK_BYTES: Final = 256 * 1024 * 1024
 
@@ -478,6 +480,7 @@ def run_papermill(
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    lab.project_kernel()  # papermill runs the notebook on this Python, under the name JupyterLab uses
     source = os.path.abspath(os.fspath(notebook))
     out = os.path.abspath(os.fspath(out_path))
     plain = _relative_parameters(parameters, cwd)

@@ -45,6 +45,7 @@ class AnthropicMessages(Provider):
     """The Anthropic Messages API (docs/models.md)."""
 
     API_SHAPE = "anthropic_messages"
+    MAX_TOKENS_KEYS = (("max_tokens",),)
     PATH_SUFFIXES = ("/messages",)
     FREE_PATH_SUFFIXES = ("/count_tokens",)  # `/messages/count_tokens`
     ANTHROPIC_VERSION: ClassVar[str] = "2023-06-01"

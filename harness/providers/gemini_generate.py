@@ -70,6 +70,7 @@ class GeminiGenerate(Provider):
     """The Gemini API's generateContent (docs/models.md)."""
 
     API_SHAPE = "gemini_generate"
+    MAX_TOKENS_KEYS = (("generationConfig", "maxOutputTokens"),)
     PATH_SUFFIXES = (":generateContent", ":streamGenerateContent")
     FREE_PATH_SUFFIXES = (":countTokens",)
     USAGE_KEY = "usageMetadata"

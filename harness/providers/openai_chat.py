@@ -48,6 +48,7 @@ class OpenAIChat(Provider):
     """OpenAI Chat Completions (docs/models.md)."""
 
     API_SHAPE = "openai_chat"
+    MAX_TOKENS_KEYS = (("max_completion_tokens",), ("max_tokens",))
     PATH_SUFFIXES = ("/chat/completions",)
     REASONING_EFFORTS: ClassVar[tuple[str, ...]] = ("none", "minimal", "low", "medium", "high", "xhigh")
 

@@ -56,6 +56,7 @@ class OpenAIResponses(Provider):
     """The OpenAI Responses API (docs/models.md)."""
 
     API_SHAPE = "openai_responses"
+    MAX_TOKENS_KEYS = (("max_output_tokens",),)
     PATH_SUFFIXES = ("/responses",)
     REASONING_EFFORTS: ClassVar[tuple[str, ...]] = ("none", "minimal", "low", "medium", "high", "xhigh")
 

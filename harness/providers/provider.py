@@ -37,6 +37,9 @@ class Provider(ABC):
     """Endpoints that are never billed (token counting), by path suffix."""
     USAGE_KEY: ClassVar[str] = "usage"
     """The body key that carries usage, in a response and in each streamed chunk."""
+    MAX_TOKENS_KEYS: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    """Where a request body caps its output tokens (key paths, first found wins): the metering
+    proxy's worst case of a request (docs/models.md, "Budgets inside an attempt")."""
 
     @abstractmethod
     def build_request(self, model: str, prompt: str, settings: GenerationSettings, base_url: str) -> ProviderRequest:
@@ -99,6 +102,16 @@ class Provider(ABC):
         """Whether the request asks for a streamed response: its body says `"stream": true`."""
         del url
         return body_asks_stream(body)
+
+    def max_output_tokens(self, body: Mapping[str, Any]) -> int | None:
+        """The output-token cap a request body declares (`MAX_TOKENS_KEYS`), or None when it declares none."""
+        for keys in self.MAX_TOKENS_KEYS:
+            value: Any = body
+            for key in keys:
+                value = value.get(key) if isinstance(value, Mapping) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+        return None
 
     def model_from_path(self, path: str) -> str | None:
         """The model the URL path names: none by default (it is in the body)."""

@@ -25,6 +25,7 @@ __all__ = [
     "classify_error",
     "find_adapter",
     "free_path",
+    "max_output_tokens",
     "model_from_request",
     "register",
     "request_streams",
@@ -110,3 +111,10 @@ def request_streams(api_shape: str, url: str, body: bytes) -> bool:
     """True when the request asks for a streamed response (an unknown shape: `"stream": true`)."""
     found = find_adapter(api_shape)
     return body_asks_stream(body) if found is None else found.request_streams(url, body)
+
+
+def max_output_tokens(api_shape: str, body: bytes) -> int | None:
+    """The output-token cap a request body declares, or None (no cap, an unknown shape, not JSON)."""
+    found = find_adapter(api_shape)
+    doc = json_object(body)
+    return None if found is None or doc is None else found.max_output_tokens(doc)

@@ -54,7 +54,7 @@ class JournalEvent:
 
 
 _MODEL_KEYS: Final = ("model", "api_model", "provider", "api_shape", "pricing_key", "model_choice", "catalog",
-                      "upstream", "metering", "worker_network", "wire_log", "wire_name")  # fmt: skip
+                      "upstream", "metering", "worker_network", "wire_log", "wire_name", "worker", "allowance")  # fmt: skip
 _PROCESS_KEYS: Final = ("exit_code", "signal", "timed_out", "duration_s", "cpu_s", "process_tracking")
 
 

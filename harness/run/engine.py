@@ -13,11 +13,11 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from harness.evals.verify_humaneval import WarmVerifier
-from harness.evidence.chain import ChainedLog
+from harness.evals.verify_pool import VerifierPool
 from harness.evidence.clock import Clock
+from harness.evidence.group import GroupWriter
 from harness.evidence.money import RunningSum, sum_costs
 from harness.meter.wire import WireLog
 from harness.providers.base import Exchange
@@ -39,7 +39,15 @@ from harness.run.summary import RunProgress, SystemProgress
 if TYPE_CHECKING:  # a dry run never sends: the transport (httpx, h11) is imported by the run loop
     from harness.providers.transport import Transport
 
-__all__ = ["EngineCore"]
+__all__ = ["BARRIERS", "FLUSH_ORDER", "EngineCore"]
+
+FLUSH_ORDER: Final = ("attempts", "admission", "finals", "run", "host", "anchors")
+"""The logs in the order a group flush writes them, after the wire log and the receipts: an attempt
+before the admissions counting its spend, the attempt before the final and the run event naming it,
+the final before the pause or stop it causes (docs/run.md, durability)."""
+BARRIERS: Final = frozenset({"start", "end", "resume_paused", "signal", "stop", "ceiling", "pause", "late_cost"})
+"""Run events after which later lines flush in a later group: the lines that follow may depend on them
+(an admission counting a late cost, a budget stop after the ceiling)."""
 
 
 class EngineCore:
@@ -57,9 +65,14 @@ class EngineCore:
         self.lock = threading.Lock()
         self.clock = Clock(floor=ledger.last_time)
         f = setup.folder
-        self.logs = {name: ChainedLog(os.path.join(f, f"{name}.jsonl"), log_seed(self.study, self.stage, name))
-                     for name in ("attempts", "finals", "run", "admission", "host", "anchors")}
-        self.wire = WireLog(os.path.join(f, "wire.jsonl"), f"{self.study}:{self.stage}")
+        # Group commit: every line is staged under the lock and made durable by one writer thread; logs
+        # flush in this order (a line names only lines of logs flushed before it, or lines a lane waited for)
+        self.writer = GroupWriter(name="proctor-logs")
+        self.wire = WireLog(os.path.join(f, "wire.jsonl"), f"{self.study}:{self.stage}", group=self.writer)
+        self.logs = {name: self.writer.log(os.path.join(f, f"{name}.jsonl"), log_seed(self.study, self.stage, name))
+                     for name in FLUSH_ORDER}
+        self._reports: list[tuple[int, RunProgress]] = []
+        self._reporter: asyncio.Future[None] | None = None
         self.attempt_lines = ledger.attempt_lines
         self.spend = dict(ledger.spend)
         self.spend_parts = {k: list(v) for k, v in ledger.spend_parts.items()}
@@ -97,11 +110,16 @@ class EngineCore:
         self.stops: list[dict[str, Any]] = []
         self.abandoned: set[asyncio.Task[Exchange]] = set()
         self.ceiling_event: asyncio.Event | None = None
-        self.verifiers: dict[str, WarmVerifier] = {}
+        self.pool: VerifierPool | None = None  # the run's warm verifiers, made at the first check
+        self.verify_slots: asyncio.Semaphore | None = None
         suite_dir = os.path.dirname(d.packet_path)
         self.suite_dir = suite_dir
         self.kind: SuiteKind = kind_for(suite_dir)  # how an attempt is carried out and scored (run/kinds/)
         self._private: Any = None
+        self._private_sha256: Any = None
+        self._packet: Any = None
+        self._prompts: dict[str, str] | None = None
+        self._made_folders: set[str] = set()
         self.transport: Transport | None = None
         self.signals = 0
         self.pushes: list[threading.Thread] = []
@@ -114,15 +132,27 @@ class EngineCore:
         return self.grand.value()
 
     def event(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Log a run event and wait until it (and everything staged before it) is durable."""
         with self.lock:
-            return self._event_locked(event, **fields)
+            out = self._event_locked(event, **fields)
+        self.writer.wait()
+        return out
+
+    async def aevent(self, event: str, **fields: Any) -> dict[str, Any]:
+        """`event` for the event loop: awaits durability."""
+        with self.lock:
+            out = self._event_locked(event, **fields)
+        await self.writer.settle()
+        return out
 
     def _event_locked(self, event: str, **fields: Any) -> dict[str, Any]:
-        return self.logs["run"].append(RunEvent(event, self.clock.now(), fields).to_json())
+        """Stage a run event (durable once the writer's ticket is: `writer.wait`, `writer.settle`)."""
+        return self.logs["run"].stage(RunEvent(event, self.clock.now(), fields).to_json(), barrier=event in BARRIERS)
 
     def stop(self, system: str | None, cause: str, detail: str = "") -> None:
         with self.lock:
             self._stop_locked(system, cause, detail)
+        self.writer.wait()
 
     def _stop_locked(self, system: str | None, cause: str, detail: str) -> None:
         targets = self.s.systems if system is None else [system]
@@ -162,7 +192,7 @@ class EngineCore:
             refused_before=system in self.refused_before, total_usd=self.total(), ceiling_usd=self.ceiling,
             crossed=self.crossed,
         )
-        self.logs["admission"].append(admission_record(inputs, self.clock.now(), attempt).to_json())
+        self.logs["admission"].stage(admission_record(inputs, self.clock.now(), attempt).to_json())
         decision, _ = admission_decision(inputs)
         if decision == "admit":
             self.under_way[system] += 1
@@ -223,5 +253,28 @@ class EngineCore:
         return RunProgress(self.study, self.stage, self.total(), self.ceiling, self.crossed, self.system_progress())
 
     def report(self) -> None:
-        if self.progress_cb is not None:
-            self.progress_cb(self.progress())
+        """Hand the progress to the callback once every line it counts is durable (at once when it is; else
+        from a task, in order)."""
+        if self.progress_cb is None:
+            return
+        with self.lock:
+            p, ticket = self.progress(), self.writer.staged
+        if not self._reports and self.writer.durable >= ticket:
+            self.progress_cb(p)
+            return
+        self._reports.append((ticket, p))
+        if self._reporter is None or self._reporter.done():
+            self._reporter = asyncio.ensure_future(self._report_durable())
+
+    async def _report_durable(self) -> None:
+        while self._reports:
+            ticket, p = self._reports[0]
+            await self.writer.settle(ticket)
+            self._reports.pop(0)
+            if self.progress_cb is not None:
+                self.progress_cb(p)
+
+    async def reported(self) -> None:
+        """Wait for the reports still waiting on the disk."""
+        if self._reporter is not None:
+            await self._reporter

@@ -33,7 +33,7 @@ class Lanes(Finals):
 
     def _append_attempt_locked(self, cell: PlanCell, record: dict[str, Any], lane: int, *,
                                recovered: bool = False) -> tuple[int, str]:
-        written = self.logs["attempts"].append(record)
+        written = self.logs["attempts"].stage(record)
         self.attempt_lines += 1
         line, sha = self.attempt_lines, sha256_hex(canonical_bytes(written))
         body = {k: v for k, v in written.items() if k not in ("prev", "seed")}
@@ -76,22 +76,28 @@ class Lanes(Finals):
         """Carry out the next attempt of the cell's current run as the suite's kind does (run/kinds/)."""
         return await self.kind.attempt(self, state, lane)
 
-    def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> float | None:
-        """Admit an attempt and write its intent (a kind's own attempt); its start time, or None when refused."""
+    async def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> float | None:
+        """Admit an attempt and write its intent (a kind's own attempt), both durable before it returns;
+        its start time, or None when refused."""
+        started: float | None = None
         with self.lock:
-            if self.halted(r.system) or not self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
+            if self.halted(r.system):
                 return None
-            self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
-                               attempt=number, reserve_usd=self.reserve)
-            return self.clock.now()
+            if self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
+                self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
+                                   attempt=number, reserve_usd=self.reserve)
+                started = self.clock.now()
+        await self.writer.settle()  # the decision and the intent durable before acting on them
+        return started
 
-    def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None:
-        """Append a kind's attempt record (its `ended` stamped now) and release its reserve."""
+    async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None:
+        """Append a kind's attempt record (its `ended` stamped now), release its reserve, wait until durable."""
         with self.lock:
-            ended = self.clock.now()
-            record.update(ended=max(ended, record["started"]), latency_s=max(ended, record["started"]) - record["started"])
+            ended = max(self.clock.now(), record["started"])
+            record.update(ended=ended, latency_s=ended - record["started"])
             self._append_attempt_locked(r, record, lane)
             self.under_way[r.system] -= 1
+        await self.writer.settle()
 
     async def request_attempt(self, state: CellState, lane: int) -> dict[str, Any] | None:
         """Send the next attempt of the cell's current run; its record, or None when none may start."""
@@ -100,13 +106,18 @@ class Lanes(Finals):
         model = self.s.models[r.system]
         credential = os.environ.get(model.credential_env) if model.credential_env else None
         with self.lock:
-            if self.halted(r.system) or not self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
+            if self.halted(r.system):
                 return None
-            # the intent, fsynced before the request leaves: a crash from here on leaves it to be
-            # resolved on resume at the reserve (or its true cost from the wire log)
-            self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
-                               attempt=number, reserve_usd=self.reserve)
-            started = self.clock.now()
+            admitted = self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number))
+            if admitted:
+                # the intent, fsynced before the request leaves: a crash from here on leaves it to be
+                # resolved on resume at the reserve (or its true cost from the wire log)
+                self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
+                                   attempt=number, reserve_usd=self.reserve)
+                started = self.clock.now()  # under the lock of the admission: before any later stop
+        await self.writer.settle()  # the decision and the intent durable before acting on them
+        if not admitted:
+            return None
         assert self.transport is not None and self.ceiling_event is not None
         send = asyncio.ensure_future(self.transport.asend(request, credential))
         ceiling = asyncio.ensure_future(self.ceiling_event.wait())
@@ -123,6 +134,7 @@ class Lanes(Finals):
                 record.update(rerun=rerun, started=started, ended=ended, latency_s=ended - started)
                 self._append_attempt_locked(r, record, lane)
                 self.under_way[r.system] -= 1
+            await self.writer.settle()
             return record
         code = "budget_stop" if self.ceiling_event.is_set() else "AttemptDeadline"
         self.abandoned.add(send)
@@ -139,6 +151,7 @@ class Lanes(Finals):
             record["rerun"] = rerun
             self._append_attempt_locked(r, record, lane)
             self.under_way[r.system] -= 1
+        await self.writer.settle()
         return record
 
     def _late(self, task: asyncio.Task[Exchange], r: PlanCell, rerun: int, number: int) -> None:
@@ -181,7 +194,7 @@ class Lanes(Finals):
                 return
 
     async def lane(self, system: str, lane: int, items: list[list[CellState]]) -> None:
-        self.event("lane", system=system, lane=lane, what="start", cause=None)
+        await self.aevent("lane", system=system, lane=lane, what="start", cause=None)
         cause = "done"
         for cells in items:
             if all(c.standing for c in cells):
@@ -205,4 +218,4 @@ class Lanes(Finals):
                 cause = "refused"
                 self.report()
                 break
-        self.event("lane", system=system, lane=lane, what="end", cause=cause)
+        await self.aevent("lane", system=system, lane=lane, what="end", cause=cause)

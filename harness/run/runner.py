@@ -11,13 +11,14 @@ is split by rule: `engine` (bookkeeping, spend and the ceiling, admission),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from harness.errors import Code, RunRefusal
+from harness.errors import Code, Refusal, RunRefusal
 from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
@@ -25,7 +26,7 @@ from harness.prereg.go import go_problem
 from harness.records.provenance import current_provenance
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import exhausted
-from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
+from harness.run.setup import StageSetup, load_stage_ledger, pin_plan, setup_stage
 from harness.run.summary import RunProgress, RunSummary
 from harness.run.upkeep import Interrupts, Upkeep, deferred_signals
 
@@ -78,13 +79,14 @@ class _Engine(Upkeep):
                 for abandoned in list(self.abandoned):
                     abandoned.cancel()
                 await asyncio.sleep(0)
+                await self.reported()
         finally:
             for task in background:
                 task.cancel()
             for installed_signum in installed:
                 loop.remove_signal_handler(installed_signum)
-            for v in self.verifiers.values():
-                v.close()
+            if self.pool is not None:
+                self.pool.close()
 
 
 # --------------------------------------------------------------------------
@@ -166,37 +168,51 @@ def run_stage(
         pin_plan(setup, write=True)
         ledger = load_stage_ledger(setup)
         engine = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress, on_exit=on_exit)
-        with deferred_signals(engine):
-            engine.recover()
-            engine.event("start", pid=os.getpid(), dry_run=False, resume_paused=resume_paused,
-                         plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
-                         spend_before_usd=d.budgets.spend_before_usd, reruns=d.run.reruns,
-                         transport_retries=d.run.transport_retries,
-                         provenance=current_provenance().to_json(),
-                         systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
-                                  for s in setup.systems])
-            if resume_paused:
-                for s in sorted(engine.paused):
-                    engine.event("resume_paused", system=s)
-                engine.paused.clear()
-            engine.sample("start")
-        engine.take_pending_signals()
+        try:
+            summary = _invoke(engine, setup, ledger, resume_paused, interrupts)
+        except BaseException:
+            with contextlib.suppress(Refusal):  # the first error is the one to report
+                engine.writer.close()
+            raise
+        engine.writer.close()  # every line is durable already: this stops the writer thread
+        return summary
+
+
+def _invoke(engine: _Engine, setup: StageSetup, ledger: Ledger, resume_paused: bool,
+            interrupts: Interrupts | None) -> RunSummary:
+    """One invocation under the folder's lock: recover, start, the loop, the end and its anchor."""
+    d, stage = setup.design, setup.stage
+    with deferred_signals(engine):
+        engine.recover()
+        engine.event("start", pid=os.getpid(), dry_run=False, resume_paused=resume_paused,
+                     plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
+                     spend_before_usd=d.budgets.spend_before_usd, reruns=d.run.reruns,
+                     transport_retries=d.run.transport_retries,
+                     provenance=current_provenance().to_json(),
+                     systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
+                              for s in setup.systems])
+        if resume_paused:
+            for s in sorted(engine.paused):
+                engine.event("resume_paused", system=s)
+            engine.paused.clear()
+        engine.sample("start")
+    engine.take_pending_signals()
+    if interrupts is not None:
+        interrupts.attach(engine)
+    _run_loop(engine)
+    with deferred_signals(engine):
+        engine.sample("end")
         if interrupts is not None:
-            interrupts.attach(engine)
-        _run_loop(engine)
-        with deferred_signals(engine):
-            engine.sample("end")
-            if interrupts is not None:
-                interrupts.detach()
-            engine.take_pending_signals()
-            cells = _cells_summary(ledger, engine)
-            complete = all(c["state"] == "standing" for c in cells)
-            code = 0 if complete else 1
-            engine.event("end", exit_code=code, complete=complete, stops=engine.stops)
-            engine.anchor("end")
-            engine.join_pushes()
-        return RunSummary(complete, code, "run", d.study_id, stage, setup.folder, complete, engine.progress(),
-                          stops=tuple(engine.stops), cells=cells)
+            interrupts.detach()
+        engine.take_pending_signals()
+        cells = _cells_summary(ledger, engine)
+        complete = all(c["state"] == "standing" for c in cells)
+        code = 0 if complete else 1
+        engine.event("end", exit_code=code, complete=complete, stops=engine.stops)
+        engine.anchor("end")
+        engine.join_pushes()
+    return RunSummary(complete, code, "run", d.study_id, stage, setup.folder, complete, engine.progress(),
+                      stops=tuple(engine.stops), cells=cells)
 
 
 def _run_loop(engine: _Engine) -> None:

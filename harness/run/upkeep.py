@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
+from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter
 from harness.meter.wire import WireRecord, read_wire
@@ -57,7 +58,7 @@ class Upkeep(Lanes):
     def sample(self, reason: str) -> bool:
         with self.lock:
             record = host_mod.host_sample(self.clock.now(), reason, self.s.folder)
-            self.logs["host"].append(record)
+            self.logs["host"].stage(record)
         return not host_mod.sample_failed(record)
 
     async def anchorer(self) -> None:
@@ -72,7 +73,9 @@ class Upkeep(Lanes):
         manifests = {"plan.jsonl": os.path.join(f, "plan.jsonl"),
                      "FROZEN.json": os.path.join(self.s.frozen.path, "FROZEN.json"), "pricing": self.s.pricing_path}
         with self.lock:
-            record = self.logs["anchors"].append(anchors_mod.anchor_record(self.clock.now(), reason, logs, manifests))
+            self.writer.wait()  # the anchor reads the files: everything staged is on the disk first
+            record = self.logs["anchors"].stage(anchors_mod.anchor_record(self.clock.now(), reason, logs, manifests))
+            self.writer.wait()
             remote = self.s.design.run.anchor_remote
             if remote is None:
                 return
@@ -142,9 +145,12 @@ class Upkeep(Lanes):
         with self.lock:
             self._event_locked("signal", signum=signum, count=self.signals)
             if self.signals >= 2:
+                with contextlib.suppress(Refusal):  # exit whatever the disk says
+                    self.writer.wait()
                 self.hard_exit(signum)
             self.interrupted = True
             self._stop_locked(None, "interrupt", f"signal {signum}")
+        self.writer.wait()
 
     def recover(self) -> None:
         """Repair what a crash left between appends: an atomic write's temporary file, attempt lines missing

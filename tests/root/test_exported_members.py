@@ -27,6 +27,7 @@ PUBLIC_API = [
     "audit_results",
     "build_report",
     "check_prereg",
+    "draft_prereg",
     "freeze",
     "plan_study",
     "preflight",

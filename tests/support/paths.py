@@ -24,3 +24,5 @@ def checkout_at(root: Path) -> Path:
     for name in ("harness", "evals"):
         (root / name).symlink_to(REPO / name)
     return root
+AGENT = REPO / "tests" / "support" / "agent_script.py"
+"""A small real agent (httpx through the metering proxy) for the command-template worker tests."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.support.sim import SimServer, sim_systems
 from tests.support.tasks import TaskSetup
 
 TASK_NAMES = ("bizdays", "iniconf", "intervals", "wordfreq")
+MERGE = "intervals/merge.py"
 
 
 def task_doc(name: str) -> dict[str, Any]:
@@ -275,3 +277,154 @@ def test_scope_and_prompt_come_from_the_dispatch_environment(
                       env={**env, "PROCTOR_SCOPE": '{"not": "a list"}'})
     assert bad.code == 3 and bad.out["refusal"] == "scope_invalid", bad.out
     assert os.path.exists(prompt)
+
+
+# --- the repair loop ----------------------------------------------------------------------------
+
+
+def visible_argv(name: str) -> str:
+    """The task's verifier argv as --tests-argv (`{python}` is llm-edit's own interpreter)."""
+    return json.dumps(task_doc(name)["verifier"]["argv"])
+
+
+def wrong_then_right(item: str, skill: float = 0.5) -> int:
+    """A simulator seed at which `sim-flash` answers `item` wrongly first and rightly second."""
+    from harness.providers.sim_model import uniform
+
+    for seed in range(1000):
+        first, second = (uniform(seed, "sim-flash", item, n, "pass") for n in (0, 1))
+        if first >= skill > second:
+            return seed
+    raise AssertionError("no such seed")
+
+
+def proxied_requests(tmp_path: Path, url: str) -> tuple[Any, dict[str, str]]:
+    """A metering proxy in front of the simulator (no allowance): its handle and the worker's environment."""
+    from harness.meter.proxy import start_proxy
+
+    proxy = start_proxy(url, tmp_path / "wire.jsonl", name="repair")
+    return proxy, {"PROCTOR_SIM_URL": proxy.url}
+
+
+def test_repair_turns_show_the_failures_until_the_tests_pass(
+    task_setup: Callable[..., TaskSetup], sim_server: SimServer, tmp_path: Path
+) -> None:
+    from harness.meter.wire import read_wire
+
+    item = f"task_id: {task_doc('intervals')['task_id']}"
+    url = sim_server(systems=sim_systems(tmp_path / "half.json", {"sim-flash": 0.5}), seed=wrong_then_right(item))
+    setup = task_setup("intervals")
+    proxy, env = proxied_requests(tmp_path, url)
+    with proxy:
+        r = llm_edit(setup, "intervals", env, "--repair-turns", "3", "--tests-argv", visible_argv("intervals"))
+    assert r.code == 0, r.out
+    assert r.out["repair_turns"] == 3 and r.out["turns_used"] == 2 and r.out["visible_passed"] is True
+    visible = [t["visible"] for t in r.out["turns"]]
+    assert [v["passed"] for v in visible] == [False, True] and visible[0]["exit_code"] != 0
+    assert all(len(v["output_sha256"]) == 64 for v in visible)
+    assert (setup.workspace / MERGE).read_bytes() == (TASKS / "intervals" / "fix" / MERGE).read_bytes()
+    # The tests ran on a copy: the workspace holds no bytecode, caches or anything else they wrote.
+    assert not any(p.name in ("__pycache__", ".pytest_cache") for p in setup.workspace.rglob("*"))
+    first, second = (json.loads(rec.request_body)["messages"][-1]["content"] for rec in read_wire(tmp_path / "wire.jsonl"))
+    assert "<<<OUTPUT" not in first
+    assert f"After your answer of turn 1 the visible tests exited {visible[0]['exit_code']}" in second
+    assert "<<<OUTPUT\n" in second and "failed" in second.split("<<<OUTPUT", 1)[1]
+    assert second.startswith(f"{item}\n")  # the task id again, the files as they are now
+    assert [t["request_sha256"] for t in r.out["turns"]] == [
+        hashlib.sha256(rec.request_body).hexdigest() for rec in read_wire(tmp_path / "wire.jsonl")]
+
+
+def test_repair_turns_are_bounded_and_the_failure_shown_is_bounded(
+    task_setup: Callable[..., TaskSetup], sim_server: SimServer, tmp_path: Path
+) -> None:
+    from harness.meter.wire import read_wire
+    from harness.workers.llm_edit import MAX_FAILURE_BYTES
+
+    url = sim_server(systems=sim_systems(tmp_path / "unskilled.json", {"sim-flash": 0.0}))
+    setup = task_setup("intervals")
+    proxy, env = proxied_requests(tmp_path, url)
+    with proxy:
+        r = llm_edit(setup, "intervals", env, "--repair-turns", "2", "--tests-argv", visible_argv("intervals"))
+    assert r.code == 0 and r.out["turns_used"] == 3 and r.out["visible_passed"] is False, r.out
+    assert [t["visible"]["passed"] for t in r.out["turns"]] == [False, False, False]
+    records = read_wire(tmp_path / "wire.jsonl")
+    assert len(records) == 3
+    for rec in records[1:]:
+        shown = json.loads(rec.request_body)["messages"][-1]["content"].split("<<<OUTPUT\n", 1)[1]
+        assert len(shown.split("\n>>>OUTPUT", 1)[0].encode()) <= MAX_FAILURE_BYTES
+
+
+def test_a_skilled_model_stops_after_the_first_turn(
+    task_setup: Callable[..., TaskSetup], sim_server: SimServer, tmp_path: Path
+) -> None:
+    url = sim_server(systems=sim_systems(tmp_path / "skilled.json", {"sim-flash": 1.0}))
+    setup = task_setup("wordfreq")
+    r = llm_edit(setup, "wordfreq", {"PROCTOR_SIM_URL": url}, "--repair-turns", "4", "--tests-argv",
+                 visible_argv("wordfreq"))
+    assert r.code == 0 and r.out["turns_used"] == 1 and r.out["turns"][0]["visible"]["passed"] is True, r.out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_run_that_hits_the_allowance_on_turn_k_sent_k_minus_1_requests(
+    k: int, task_setup: Callable[..., TaskSetup], sim_server: SimServer, tmp_path: Path
+) -> None:
+    """The proxy holds the reserve for each request and settles at its metered cost; turn k's would cross."""
+    from harness.meter.allowance import Allowance
+    from harness.meter.pricing import load_pricing
+    from harness.meter.proxy import start_proxy
+    from harness.meter.wire import meter_wire, read_wire
+
+    pricing = load_pricing(None)
+    url = sim_server(systems=sim_systems(tmp_path / "unskilled.json", {"sim-flash": 0.0}))
+    # The cost of each turn, measured through an unlimited proxy on a first copy of the task.
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    first = task_setup("intervals")
+    assert first.root == tmp_path
+    with start_proxy(url, calibration / "wire.jsonl", name="cal", allowance=Allowance(10.0, pricing, 1.0)) as proxy:
+        r = llm_edit(first, "intervals", {"PROCTOR_SIM_URL": proxy.url}, "--repair-turns", "3", "--tests-argv",
+                     visible_argv("intervals"))
+    assert r.code == 0 and r.out["turns_used"] == 4, r.out
+    costs = [c for rec in read_wire(calibration / "wire.jsonl") if (c := meter_wire([rec], pricing).cost.total)]
+    assert len(costs) == 4
+    reserve = 1e-3
+    # Turn j is sent when the turns before it and one reserve fit: room for turns 1..k-1, and half of
+    # turn k-1's cost to spare (a later run's test output may differ by a token); for k = 1 not even one reserve.
+    limit = reserve / 2 if k == 1 else reserve + sum(costs[: k - 2]) + costs[k - 2] / 2
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for made in ("task", "ws"):
+        shutil.rmtree(tmp_path / made)
+    setup = task_setup("intervals")
+    with start_proxy(url, run / "wire.jsonl", name="run", allowance=Allowance(limit, pricing, reserve)) as proxy:
+        r = llm_edit(setup, "intervals", {"PROCTOR_SIM_URL": proxy.url}, "--repair-turns", "3", "--tests-argv",
+                     visible_argv("intervals"))
+        summary = proxy.summary()
+    assert r.code == 76 and r.out["error_code"] == "budget_stop" and r.out["ok"] is False, r.out
+    assert r.out["turns_used"] == k and r.out["turns"][-1]["error_code"] == "budget_stop"
+    assert r.out["turns"][-1]["visible"] is None
+    records = read_wire(run / "wire.jsonl", "run")
+    assert [rec.sent for rec in records] == [True] * (k - 1) + [False]
+    assert records[-1].status == 402 and records[-1].error_code == "budget_stop"
+    totals = meter_wire(records, pricing)
+    assert totals.metered == k - 1 and totals.budget_stops == 1
+    assert totals.cost.total is not None and totals.cost.total <= limit
+    assert summary["budget_stops"] == 1 and summary["allowance"]["spent_usd"] == pytest.approx(totals.cost.total)
+
+
+def test_repair_turns_refusals_exit_3_without_a_request(task_setup: Callable[..., TaskSetup]) -> None:
+    setup = task_setup("intervals")
+    with ProviderServer() as server:
+        env = canned(server)
+        no_tests = llm_edit(setup, "intervals", env, "--repair-turns", "1")
+        shell = llm_edit(setup, "intervals", env, "--repair-turns", "1", "--tests-argv", '"pytest -q tests"')
+        empty = llm_edit(setup, "intervals", env, "--repair-turns", "1", "--tests-argv", "[]")
+        not_json = llm_edit(setup, "intervals", env, "--repair-turns", "1", "--tests-argv", "[pytest")
+        negative = llm_edit(setup, "intervals", env, "--repair-turns", "-1", "--tests-argv", visible_argv("intervals"))
+        too_many = llm_edit(setup, "intervals", env, "--repair-turns", "99", "--tests-argv", visible_argv("intervals"))
+        assert server.received == []
+    for r in (no_tests, shell, empty, not_json):
+        assert r.code == 3 and r.out["refusal"] == "tests_argv_invalid", r.out
+    for r in (negative, too_many):
+        assert r.code == 3 and r.out["refusal"] == "repair_turns_invalid", r.out

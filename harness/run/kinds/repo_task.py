@@ -320,7 +320,7 @@ class RepoTaskKind(SuiteKind):
 
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         r, rerun, number = state.request, state.rerun, state.next_attempt()
-        started = host.begin_attempt(r, rerun, number, lane)
+        started = await host.begin_attempt(r, rerun, number, lane)
         if started is None:
             return None
         try:
@@ -329,7 +329,7 @@ class RepoTaskKind(SuiteKind):
             record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
         else:
             record = await asyncio.to_thread(carry_out, order)
-        host.end_attempt(r, lane, record)
+        await host.end_attempt(r, lane, record)
         return record
 
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
