@@ -43,6 +43,7 @@ _NETWORK_ERRORS: Final = (httpx.TransportError, httpx.DecodingError, httpx.Inval
 # A failure after that (writing, reading, a cut connection) may have been billed: "sent".
 _NOT_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.InvalidURL,
                     httpx.PoolTimeout)
+_HEADS_KEPT: Final = 4096  # request heads kept for reuse (`Transport._head`); more clears them and starts again
 _KEEPALIVE_S: Final = 5.0  # httpx's keep-alive expiry: an idle connection older than this is not reused
 
 
@@ -192,12 +193,11 @@ class _AsyncConnection:
                 self._h11.receive_data(data)
         return event
 
-    async def send(self, request: httpx.Request, timeout: float) -> httpx.Response:
-        """Send `request`; the response comes back once its head has, and its body streams."""
-        reader, writer = await self._connect(request.url, timeout)
-        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+    async def send(self, url: httpx.URL, head: h11.Request, body: bytes, timeout: float) -> httpx.Response:
+        """Send `head` and `body` to `url`; the response comes back once its head has, and its body streams."""
+        reader, writer = await self._connect(url, timeout)
         with self._failing(httpx.WriteTimeout, httpx.WriteError):
-            writer.write(b"".join(self._h11.send(e) or b"" for e in (head, h11.Data(data=request.content), h11.EndOfMessage())))
+            writer.write(b"".join(self._h11.send(e) or b"" for e in (head, h11.Data(data=body), h11.EndOfMessage())))
             with contextlib.suppress(ConnectionError):  # as httpcore: read the answer of a server that hung up
                 async with asyncio.timeout(timeout):
                     await writer.drain()
@@ -292,6 +292,7 @@ class Transport:
         self._verify: ssl.SSLContext | None = None  # one certificate store (~20 ms to load) for all
         self._pool: httpx.HTTPTransport | None = None
         self._apool: _AsyncPool | None = None
+        self._heads: dict[tuple[Any, ...], tuple[httpx.URL, h11.Request]] = {}  # `_head`'s, by what makes them
 
     def _tls(self) -> ssl.SSLContext:
         with self._lock:
@@ -303,6 +304,20 @@ class Transport:
     def _outgoing(self, request: ProviderRequest, credential: str | None) -> httpx.Request:
         headers, timeout = _headers(request, credential), {"timeout": self._timeout}
         return httpx.Request("POST", request.url, content=request.body, headers=headers, extensions=timeout)
+
+    def _head(self, request: ProviderRequest, credential: str | None) -> tuple[httpx.URL, h11.Request]:
+        """The URL and the HTTP/1.1 request head `_outgoing` makes (its headers checked by h11), made once
+        per URL, headers, credential and body length (the head's Content-Length) and then reused."""
+        key = (request.url, request.headers, request.credential_header, request.credential_prefix, credential,
+               len(request.body))
+        made = self._heads.get(key)
+        if made is None:
+            out = self._outgoing(request, credential)
+            made = (out.url, h11.Request(method=out.method, target=out.url.raw_path, headers=out.headers.raw))
+            if len(self._heads) >= _HEADS_KEPT:
+                self._heads.clear()
+            self._heads[key] = made
+        return made
 
     def send(self, request: ProviderRequest, credential: str | None) -> Exchange:
         """Send `request` once and return what came back, or the transport failure, as data."""
@@ -341,7 +356,8 @@ class Transport:
         try:
             connection = await pool.take(self.timeout_s, tls)
             try:
-                response = await connection.send(self._outgoing(request, credential), self.timeout_s)
+                url, head = self._head(request, credential)
+                response = await connection.send(url, head, request.body, self.timeout_s)
                 status_seen = response.status_code
                 try:
                     raw = await response.aread()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import json
 import shutil
@@ -265,6 +266,31 @@ def test_round_trip_sync_and_async(shape: str, server: ProviderServer) -> None:
             return await transport.asend(request, SECRET)
 
     _assert_round_trip(asyncio.run(go()), server, served, fx)
+
+
+def test_async_request_heads_made_once_carry_each_requests_credential_and_length(server: ProviderServer) -> None:
+    """The async transport reuses a request head it made (`Transport._head`): only for the same URL,
+    headers, credential and body length; every request arrives with its own credential and body."""
+    fx = load_fixture(FIXTURES / "openai_chat" / "ok_full_usage.json")
+    server.serve_fixture(fx)
+    first = _request("openai_chat", server.url)
+    same_length = dataclasses.replace(first, body=first.body.replace(b"m-1", b"m-2"))
+    longer = dataclasses.replace(first, body=first.body.replace(b"m-1", b"m-10"))
+    other = SECRET + "-other"
+    sends = [(first, SECRET), (first, SECRET), (first, other), (same_length, SECRET), (longer, SECRET), (first, None)]
+
+    async def go() -> list[Exchange]:
+        async with Transport(timeout_s=10) as transport:
+            return [await transport.asend(request, credential) for request, credential in sends]
+
+    exchanges = asyncio.run(go())
+    assert [ex.status for ex in exchanges] == [fx["status"]] * len(sends)
+    assert len(server.received) == len(sends)
+    header = first.credential_header or ""
+    for got, (request, credential) in zip(server.received, sends, strict=True):
+        assert got.body == request.body
+        assert got.header("content-length") == str(len(request.body))
+        assert got.header(header) == (None if credential is None else first.credential_prefix + credential)
 
 
 @pytest.mark.parametrize("path", ALL_FIXTURES, ids=_fixture_id)
