@@ -269,8 +269,8 @@ def test_round_trip_sync_and_async(shape: str, server: ProviderServer) -> None:
 
 
 def test_async_request_heads_made_once_carry_each_requests_credential_and_length(server: ProviderServer) -> None:
-    """The async transport reuses a request head it made (`Transport._head`): only for the same URL,
-    headers, credential and body length; every request arrives with its own credential and body."""
+    """The async transport reuses the URL and headers it made (`Transport._head`) only for the same URL,
+    headers and credential; every request arrives with its own credential, Content-Length and body."""
     fx = load_fixture(FIXTURES / "openai_chat" / "ok_full_usage.json")
     server.serve_fixture(fx)
     first = _request("openai_chat", server.url)
