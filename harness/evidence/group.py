@@ -270,9 +270,12 @@ class GroupWriter:
             self._files += 1
             n = self._files
         tmp = os.path.join(folder, f".{os.path.basename(target)}.g{n}.tmp-{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(tmp, flags, mode)
+        except FileExistsError:  # a leftover of an earlier process with this pid: removed (no unlink per file)
             os.unlink(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+            fd = os.open(tmp, flags, mode)
         try:
             _write_all(fd, data, tmp)
             with self._cond:

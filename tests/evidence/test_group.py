@@ -190,6 +190,19 @@ def test_a_staged_files_temporary_name_is_one_the_runner_removes_after_a_kill(tm
     assert sorted(os.listdir(tmp_path)) == ["log.jsonl", "r.json"]
 
 
+def test_a_leftover_temporary_file_of_the_same_name_is_replaced_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"keep")
+    (tmp_path / f".a.json.g1.tmp-{os.getpid()}").write_bytes(b"stale")  # an earlier process with this pid
+    (tmp_path / f".b.json.g2.tmp-{os.getpid()}").symlink_to(elsewhere)
+    with GroupWriter() as writer:
+        writer.stage_file(tmp_path / "a.json", b"{}\n")
+        writer.stage_file(tmp_path / "b.json", b"[]\n")
+    assert sorted(os.listdir(tmp_path)) == ["a.json", "b.json", "elsewhere"]
+    assert (tmp_path / "a.json").read_bytes() == b"{}\n" and (tmp_path / "b.json").read_bytes() == b"[]\n"
+    assert elsewhere.read_bytes() == b"keep" and not (tmp_path / "b.json").is_symlink()
+
+
 def test_a_write_error_fails_every_waiter_with_the_same_refusal(tmp_path: Path) -> None:
     fsyncs = Fsyncs(delay_s=0.01, fail=lambda path: path.endswith("bad.jsonl"))
     writer = GroupWriter(fsync=fsyncs)
