@@ -67,6 +67,7 @@ class GroupLog:
         self._size = 0  # bytes on disk after the last flush
         self._appended = 0
         self._appended_head: str | None = None
+        self._appended_line = b""
         self.ticket = 0
         """The ticket of this log's last stage (`GroupWriter.wait(log.ticket)`)."""
 
@@ -79,6 +80,12 @@ class GroupLog:
     def appended_head(self) -> str | None:
         """The sha256 of the last line staged, or None before the first."""
         return self._appended_head
+
+    @property
+    def appended_line(self) -> bytes:
+        """The canonical bytes (no newline) of the last line staged, b"" before the first: its sha256 is
+        `appended_head` (a caller that needs a line's bytes or hash never encodes it again)."""
+        return self._appended_line
 
     def stage(self, record: Mapping[str, Any], *, barrier: bool = False) -> dict[str, Any]:
         """Stage one record; returns it as it will be written. `barrier`: later stages flush after it."""
@@ -139,6 +146,8 @@ class GroupLog:
         self._head = head
         self._appended += len(lines)
         self._appended_head = head
+        if lines:
+            self._appended_line = lines[-1]
         return lines, out
 
     def _write(self, lines: list[bytes]) -> None:
@@ -261,9 +270,12 @@ class GroupWriter:
             self._files += 1
             n = self._files
         tmp = os.path.join(folder, f".{os.path.basename(target)}.g{n}.tmp-{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(tmp, flags, mode)
+        except FileExistsError:  # a leftover of an earlier process with this pid: removed (no unlink per file)
             os.unlink(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+            fd = os.open(tmp, flags, mode)
         try:
             _write_all(fd, data, tmp)
             with self._cond:
@@ -461,9 +473,25 @@ class GroupWriter:
         self.close()
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any, depth: int) -> bool:
     """Whether `value` has only string keys and nests at most `MAX_DEPTH` deep (then its canonical
     bytes read back as they are: the encoder's output needs no re-parse)."""
+    kind = type(value)
+    if kind is dict and depth <= MAX_DEPTH:  # the common case: no isinstance per key and per atom
+        atoms = _ATOMS
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                return False
+            if type(v) not in atoms and not _plain(v, depth + 1):
+                return False
+        return True
+    if (kind is list or kind is tuple) and depth <= MAX_DEPTH:
+        return all(type(v) in _ATOMS or _plain(v, depth + 1) for v in value)
+    if kind in _ATOMS:
+        return True
     if isinstance(value, dict):
         if depth > MAX_DEPTH:
             return False

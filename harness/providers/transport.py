@@ -43,6 +43,7 @@ _NETWORK_ERRORS: Final = (httpx.TransportError, httpx.DecodingError, httpx.Inval
 # A failure after that (writing, reading, a cut connection) may have been billed: "sent".
 _NOT_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.InvalidURL,
                     httpx.PoolTimeout)
+_HEADS_KEPT: Final = 4096  # request heads' parts kept for reuse (`Transport._head`); more clears them and starts again
 _KEEPALIVE_S: Final = 5.0  # httpx's keep-alive expiry: an idle connection older than this is not reused
 
 
@@ -192,12 +193,11 @@ class _AsyncConnection:
                 self._h11.receive_data(data)
         return event
 
-    async def send(self, request: httpx.Request, timeout: float) -> httpx.Response:
-        """Send `request`; the response comes back once its head has, and its body streams."""
-        reader, writer = await self._connect(request.url, timeout)
-        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+    async def send(self, url: httpx.URL, head: h11.Request, body: bytes, timeout: float) -> httpx.Response:
+        """Send `head` and `body` to `url`; the response comes back once its head has, and its body streams."""
+        reader, writer = await self._connect(url, timeout)
         with self._failing(httpx.WriteTimeout, httpx.WriteError):
-            writer.write(b"".join(self._h11.send(e) or b"" for e in (head, h11.Data(data=request.content), h11.EndOfMessage())))
+            writer.write(b"".join(self._h11.send(e) or b"" for e in (head, h11.Data(data=body), h11.EndOfMessage())))
             with contextlib.suppress(ConnectionError):  # as httpcore: read the answer of a server that hung up
                 async with asyncio.timeout(timeout):
                     await writer.drain()
@@ -292,6 +292,8 @@ class Transport:
         self._verify: ssl.SSLContext | None = None  # one certificate store (~20 ms to load) for all
         self._pool: httpx.HTTPTransport | None = None
         self._apool: _AsyncPool | None = None
+        # `_head`'s URL, method, raw headers and where Content-Length is, by what makes them
+        self._heads: dict[tuple[Any, ...], tuple[httpx.URL, str, list[tuple[bytes, bytes]], int]] = {}
 
     def _tls(self) -> ssl.SSLContext:
         with self._lock:
@@ -303,6 +305,26 @@ class Transport:
     def _outgoing(self, request: ProviderRequest, credential: str | None) -> httpx.Request:
         headers, timeout = _headers(request, credential), {"timeout": self._timeout}
         return httpx.Request("POST", request.url, content=request.body, headers=headers, extensions=timeout)
+
+    def _head(self, request: ProviderRequest, credential: str | None) -> tuple[httpx.URL, h11.Request]:
+        """The URL and the HTTP/1.1 request head `_outgoing` makes. The URL and headers are made by httpx
+        once per URL, headers and credential and kept; each request then gets its own Content-Length
+        in the same place (h11 checks every head it is given)."""
+        key = (request.url, request.headers, request.credential_header, request.credential_prefix, credential)
+        made = self._heads.get(key)
+        if made is None:
+            out = self._outgoing(request, credential)
+            raw = list(out.headers.raw)
+            at = next((i for i, (k, _) in enumerate(raw) if k.lower() == b"content-length"), None)
+            if at is None or raw[at][1] != str(len(request.body)).encode("ascii"):  # not by the body's length
+                return out.url, h11.Request(method=out.method, target=out.url.raw_path, headers=raw)
+            if len(self._heads) >= _HEADS_KEPT:
+                self._heads.clear()
+            made = self._heads[key] = (out.url, out.method, raw, at)
+        url, method, raw, at = made
+        headers = raw.copy()
+        headers[at] = (raw[at][0], str(len(request.body)).encode("ascii"))
+        return url, h11.Request(method=method, target=url.raw_path, headers=headers)
 
     def send(self, request: ProviderRequest, credential: str | None) -> Exchange:
         """Send `request` once and return what came back, or the transport failure, as data."""
@@ -341,7 +363,8 @@ class Transport:
         try:
             connection = await pool.take(self.timeout_s, tls)
             try:
-                response = await connection.send(self._outgoing(request, credential), self.timeout_s)
+                url, head = self._head(request, credential)
+                response = await connection.send(url, head, request.body, self.timeout_s)
                 status_seen = response.status_code
                 try:
                     raw = await response.aread()

@@ -20,7 +20,7 @@ from harness.evidence.clock import Clock
 from harness.evidence.group import GroupWriter
 from harness.evidence.money import RunningSum, sum_costs
 from harness.meter.wire import WireLog
-from harness.providers.base import Exchange
+from harness.providers.base import Exchange, ProviderRequest
 from harness.records.final import RunFinal
 from harness.records.run_event import RunEvent
 from harness.run.kinds import SuiteKind, kind_for
@@ -120,6 +120,7 @@ class EngineCore:
         self._packet: Any = None
         self._prompts: dict[str, str] | None = None
         self._made_folders: set[str] = set()
+        self._requests: dict[str, ProviderRequest] = {}  # each cell's request, built at its first attempt
         self.transport: Transport | None = None
         self.signals = 0
         self.pushes: list[threading.Thread] = []

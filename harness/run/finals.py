@@ -16,7 +16,6 @@ from harness.evals.verify_humaneval import VerifierUnavailable, verify_response
 from harness.evals.verify_pool import VerifierPool, pool_size
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import (
-    canonical_bytes,
     canonical_line,
     read_bytes,
     read_json,
@@ -50,9 +49,10 @@ class Finals(EngineCore):
                 receipt=None if receipt is None else receipt[0],
                 receipt_sha256=None if receipt is None else receipt[1], replaced=replaced, at=self.clock.now(),
             )
-            written = self.logs["finals"].stage(final.to_json())
+            log = self.logs["finals"]
+            log.stage(final.to_json())
             was_standing = state.standing
-            state.finals.append((0, final, canonical_bytes(written)))
+            state.finals.append((0, final, log.appended_line))  # the line's bytes, as the writer encoded them
             self._final_written_locked(state, final, was_standing)
             if action == "pause":
                 self.paused.add(r.system)

@@ -13,7 +13,6 @@ import dataclasses
 import os
 from typing import Any
 
-from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.meter.cost import Cost, meter
 from harness.providers.base import Exchange, GenerationSettings, ProviderRequest
 from harness.providers.registry import adapter_for
@@ -33,9 +32,11 @@ class Lanes(Finals):
 
     def _append_attempt_locked(self, cell: PlanCell, record: dict[str, Any], lane: int, *,
                                recovered: bool = False) -> tuple[int, str]:
-        written = self.logs["attempts"].stage(record)
+        log = self.logs["attempts"]
+        written = log.stage(record)
         self.attempt_lines += 1
-        line, sha = self.attempt_lines, sha256_hex(canonical_bytes(written))
+        line, sha = self.attempt_lines, log.appended_head  # the writer's hash of the line: never encoded twice
+        assert sha is not None
         body = {k: v for k, v in written.items() if k not in ("prev", "seed")}
         self.ledger.cells[cell.run_id].attempts.setdefault(record["rerun"], []).append((line, body, sha))
         self.attempts[cell.system] += 1
@@ -62,6 +63,13 @@ class Lanes(Finals):
     # ---- attempts
 
     def provider_request(self, r: PlanCell) -> ProviderRequest:
+        """The cell's request (the plan's exact bytes), built once per cell and invocation."""
+        built = self._requests.get(r.run_id)
+        if built is None:
+            built = self._requests[r.run_id] = self._build_request(r)
+        return built
+
+    def _build_request(self, r: PlanCell) -> ProviderRequest:
         settings = GenerationSettings(
             max_output_tokens=self.rules.max_output_tokens, temperature=self.s.design.arm(r.arm).temperature,
             reasoning_effort=None if r.setting == "default" else r.setting,

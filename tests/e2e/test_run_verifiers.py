@@ -109,7 +109,8 @@ def test_every_system_shares_min_lanes_cores_verifiers_and_none_outlives_the_run
     # four lanes over two systems; one verifier per system would be two at once, whatever the cores
     assert 1 <= most <= min(4, cores), (most, direct)
     if cpus == "0":
-        assert most == 1 and len(direct) == 2, direct  # the preflight's, then the run's one
+        # the run's one (and the preflight's, which can start and end between two polls under load)
+        assert most == 1 and 1 <= len(direct) <= 2, direct
     checked_everything(folder)
     assert run_problems(folder, prereg_dir=p) == []
     assert all_gone(seen) == []

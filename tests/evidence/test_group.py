@@ -59,11 +59,12 @@ def test_the_bytes_are_a_chained_logs_and_the_returned_records_are_as_written(tm
     ChainedLog(tmp_path / "a.jsonl", SEED).append_many(records)
     with GroupWriter() as writer:
         log = writer.log(tmp_path / "b.jsonl", SEED)
+        assert log.appended_line == b"" and log.appended_head is None
         written = [log.stage(r) for r in records]
         assert not (tmp_path / "b.jsonl").exists() or writer.durable < writer.staged
         writer.wait()
-        assert log.appended == 40 and log.appended_head == sha256_hex((tmp_path / "b.jsonl").read_bytes()
-                                                                      .splitlines()[-1])
+        last = (tmp_path / "b.jsonl").read_bytes().splitlines()[-1]
+        assert log.appended == 40 and log.appended_head == sha256_hex(last) and log.appended_line == last
     assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
     assert [canonical_bytes(w) for w in written] == (tmp_path / "b.jsonl").read_bytes().splitlines()
     assert verify_log(tmp_path / "b.jsonl", SEED).lines == 40
@@ -189,6 +190,19 @@ def test_a_staged_files_temporary_name_is_one_the_runner_removes_after_a_kill(tm
     assert sorted(os.listdir(tmp_path)) == ["log.jsonl", "r.json"]
 
 
+def test_a_leftover_temporary_file_of_the_same_name_is_replaced_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"keep")
+    (tmp_path / f".a.json.g1.tmp-{os.getpid()}").write_bytes(b"stale")  # an earlier process with this pid
+    (tmp_path / f".b.json.g2.tmp-{os.getpid()}").symlink_to(elsewhere)
+    with GroupWriter() as writer:
+        writer.stage_file(tmp_path / "a.json", b"{}\n")
+        writer.stage_file(tmp_path / "b.json", b"[]\n")
+    assert sorted(os.listdir(tmp_path)) == ["a.json", "b.json", "elsewhere"]
+    assert (tmp_path / "a.json").read_bytes() == b"{}\n" and (tmp_path / "b.json").read_bytes() == b"[]\n"
+    assert elsewhere.read_bytes() == b"keep" and not (tmp_path / "b.json").is_symlink()
+
+
 def test_a_write_error_fails_every_waiter_with_the_same_refusal(tmp_path: Path) -> None:
     fsyncs = Fsyncs(delay_s=0.01, fail=lambda path: path.endswith("bad.jsonl"))
     writer = GroupWriter(fsync=fsyncs)
@@ -305,9 +319,18 @@ def test_a_torn_tail_or_another_seed_is_refused_at_the_first_stage(tmp_path: Pat
             assert caught.value.code == code
 
 
+def _deep_dict(depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for _ in range(depth):
+        out = {"a": out}
+    return out
+
+
 @pytest.mark.parametrize("record", [{"x": float("nan")}, {"x": object()}, {"x": "\ud800"}, {1: "a", "1": "b"},
-                                    {"deep": json.loads("[" * 70 + "]" * 70)}, {"prev": "x"}],
-                         ids=["nan", "object", "surrogate", "colliding-keys", "too-deep", "reserved"])
+                                    {"deep": json.loads("[" * 70 + "]" * 70)}, {"prev": "x"},
+                                    {"deep": _deep_dict(70)}, {"l": [1, ("t", {1: "a", "1": "b"})]}],
+                         ids=["nan", "object", "surrogate", "colliding-keys", "too-deep", "reserved",
+                              "too-deep-dicts", "colliding-keys-in-a-list"])
 def test_a_record_that_would_not_read_back_is_refused_and_nothing_is_staged(tmp_path: Path, record: Any) -> None:
     path = tmp_path / "log.jsonl"
     with GroupWriter() as writer:
