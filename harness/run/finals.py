@@ -90,7 +90,7 @@ class Finals(EngineCore):
         if item.test is None or item.entry_point is None:
             raise VerifierUnavailable(f"item {r.item} has no hidden test")
         packet_prompt = self._packet_prompt(r.item)
-        verifier = self.verifiers.setdefault(r.system, WarmVerifier())
+        verifier = self.verifiers.setdefault(r.system, WarmVerifier()) if self.remote is None else self.remote.verifier
         manifest = read_json(os.path.join(self.suite_dir, "SUITE.json")).value
         _, receipt = verify_response(
             verifier, suite=self.s.design.suite_name, item=r.item, prompt=packet_prompt,
