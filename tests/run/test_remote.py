@@ -28,12 +28,21 @@ from harness.run.remote import SLOT_RESOURCE
 from harness.run.runner import run_stage
 from harness.workers.sandbox import BWRAP_ENV
 from tests.support.paths import REPO
-from tests.support.study import Sim, logs, prereg, run_argv, runner_env, system, urls, wait_in_flight
+from tests.support.study import (
+    Sim,
+    logs,
+    prereg,
+    run_argv,
+    runner_env,
+    system,
+    urls,
+    wait_in_flight,
+)
 
 ray = pytest.importorskip("ray", reason="the [ray] extra (in the dev set: make .venv/.installed-dev)")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("ray-cluster")]  # one cluster per run
 
 STORE = 80 * 1024 * 1024  # a small object store per node
 
@@ -133,8 +142,7 @@ def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim,
         results = tmp_path / f"results-{round_}"
         folder = results / "rt" / "A"
         out: list[Any] = []
-        worker = threading.Thread(target=lambda: out.append(run_stage(
-            folder_p, "A", results, base_urls=urls(url), engine="ray")))
+        worker = threading.Thread(target=_run_into, args=(out, folder_p, results, urls(url)))
         worker.start()
         _wait_events(folder, "intent", 3)
         time.sleep(0.3)
@@ -178,6 +186,10 @@ def test_a_driver_killed_with_kill_9_resumes_from_the_files(tmp_path: Path, sim:
     assert sum(f["action"] == "stand" for f in got["finals"]) == 12
     assert any(a.get("error_code") == "runner_lost" for a in got["attempts"])  # the kill left an intent
     assert run_problems(folder, prereg_dir=folder_p) == []
+
+
+def _run_into(out: list[Any], folder_p: Path, results: Path, base_urls: dict[str, str]) -> None:
+    out.append(run_stage(folder_p, "A", results, base_urls=base_urls, engine="ray"))
 
 
 def _wait_events(folder: Path, event: str, n: int, timeout: float = 120) -> None:
