@@ -4,7 +4,7 @@ The suite layout and its strict reader live in `harness.evals.suite`; the
 builders in `harness.evals.humaneval`, `harness.evals.tasks` and `harness.evals.mutants`
 (which also makes an item's workspace: `materialize`); verifying a
 HumanEval answer (extraction, the warm verifier, item receipts) in
-`harness.evals.verify_humaneval`.
+`harness.evals.verify_humaneval`; the runner's shared warm verifiers in `harness.evals.verify_pool`.
 
 The manual: docs/evals.md.
 """

@@ -287,6 +287,11 @@ class WarmVerifier:
         """The worker's pid, or None before the first check."""
         return None if self._proc is None else self._proc.pid
 
+    def alive(self) -> bool:
+        """Whether the worker is running now (False before the first check and after it died)."""
+        proc = self._proc
+        return proc is not None and proc.poll() is None
+
     # --- the pipe --------------------------------------------------------------------------
 
     def _read_line(self, deadline: float) -> bytes | None:

@@ -165,18 +165,16 @@ def _refuse_constant(path: str | None) -> Any:
 
 
 def _check_depth(value: Any, max_depth: int, path: str | None) -> None:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
+    """Refuse nesting deeper than `max_depth`, one level of containers at a time (the decoder makes
+    only exact dicts and lists)."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 1
+    while level:
         if depth > max_depth:
             raise InputRefusal(Code.JSON_TOO_DEEP, f"nesting deeper than {max_depth}", path)
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        level = [child for node in level for child in (node.values() if type(node) is dict else node)
+                 if type(child) is dict or type(child) is list]
+        depth += 1
 
 
 def _finite_floats(path: str | None) -> Any:

@@ -234,7 +234,17 @@ def read(
     return build(cls, obj)
 
 
+_ATOMS: Final = frozenset({str, int, float, bool, type(None)})
+
+
 def _json(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:  # most values: no dataclass or ABC check (a receipt's sandbox record has ~60 strings)
+        return value
+    if kind is list or kind is tuple:
+        return [x if type(x) in _ATOMS else _json(x) for x in value]
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else _json(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return write(value)
     if isinstance(value, list | tuple):

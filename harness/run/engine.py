@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from harness.evals.verify_humaneval import WarmVerifier
+from harness.evals.verify_pool import VerifierPool
 from harness.evidence.clock import Clock
 from harness.evidence.group import GroupWriter
 from harness.evidence.money import RunningSum, sum_costs
@@ -110,10 +110,15 @@ class EngineCore:
         self.stops: list[dict[str, Any]] = []
         self.abandoned: set[asyncio.Task[Exchange]] = set()
         self.ceiling_event: asyncio.Event | None = None
-        self.verifiers: dict[str, WarmVerifier] = {}
+        self.pool: VerifierPool | None = None  # the run's warm verifiers, made at the first check
+        self.verify_slots: asyncio.Semaphore | None = None
         suite_dir = os.path.dirname(d.packet_path)
         self.suite_dir = suite_dir
         self._private: Any = None
+        self._private_sha256: Any = None
+        self._packet: Any = None
+        self._prompts: dict[str, str] | None = None
+        self._made_folders: set[str] = set()
         self.transport: Transport | None = None
         self.remote: RayEngine | None = None  # the ray engine (docs/ray.md); None: attempts run here
         self.sent_from: dict[tuple[str, int, int], str] = {}  # the node each remote attempt was sent from

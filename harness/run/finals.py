@@ -12,7 +12,8 @@ from typing import Any
 
 from harness.errors import Code, RunRefusal
 from harness.evals.suite import load_private
-from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier, verify_response
+from harness.evals.verify_humaneval import VerifierUnavailable, verify_response
+from harness.evals.verify_pool import VerifierPool, pool_size
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import (
     canonical_bytes,
@@ -78,9 +79,18 @@ class Finals(EngineCore):
     # ---- verification
 
     def private(self) -> Any:
+        """The suite's private part and the manifest's `private_sha256`, read once per invocation."""
         if self._private is None:
+            manifest = read_json(os.path.join(self.suite_dir, "SUITE.json")).value
+            self._private_sha256 = manifest.get("private_sha256")
             self._private = load_private(self.suite_dir)
         return self._private
+
+    def verifier_pool(self) -> VerifierPool:
+        """The run's warm verifiers, shared by every system: min(lanes, cores), started on demand."""
+        if self.pool is None:
+            self.pool = VerifierPool(pool_size(self.rules.lanes_per_system * len(self.s.systems)))
+        return self.pool
 
     def verify(self, state: CellState) -> tuple[str, str, bool]:
         """Verify the current run's delivered answer; write its receipt; (name, sha256, passed)."""
@@ -90,35 +100,50 @@ class Finals(EngineCore):
         if item.test is None or item.entry_point is None:
             raise VerifierUnavailable(f"item {r.item} has no hidden test")
         packet_prompt = self._packet_prompt(r.item)
-        verifier = self.verifiers.setdefault(r.system, WarmVerifier()) if self.remote is None else self.remote.verifier
-        manifest = read_json(os.path.join(self.suite_dir, "SUITE.json")).value
-        _, receipt = verify_response(
-            verifier, suite=self.s.design.suite_name, item=r.item, prompt=packet_prompt,
-            entry_point=item.entry_point, test=item.test, response_text=attempt.get("text") or "",
-            private_sha256=manifest.get("private_sha256"), clock=self.clock.now,
-        )
+        if self.remote is not None:  # the ray engine: a node's warm verifier (docs/ray.md)
+            _, receipt = verify_response(
+                self.remote.verifier, suite=self.s.design.suite_name, item=r.item, prompt=packet_prompt,
+                entry_point=item.entry_point, test=item.test, response_text=attempt.get("text") or "",
+                private_sha256=self._private_sha256, clock=self.clock.now,
+            )
+        else:
+            with self.verifier_pool().lease() as verifier:
+                _, receipt = verify_response(
+                    verifier, suite=self.s.design.suite_name, item=r.item, prompt=packet_prompt,
+                    entry_point=item.entry_point, test=item.test, response_text=attempt.get("text") or "",
+                    private_sha256=self._private_sha256, clock=self.clock.now,
+                )
         receipt.update(run_id=r.run_id, rerun=state.rerun, attempt_sha256=sha)
         name = receipt_name(r.run_id, state.rerun)
         data = canonical_line(receipt)
         path = os.path.join(self.s.folder, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        folder = os.path.dirname(path)
+        if folder not in self._made_folders:
+            os.makedirs(folder, exist_ok=True)
+            self._made_folders.add(folder)
         self.writer.stage_file(path, data, mode=0o644)  # durable (group flush) before the final naming it
         return name, sha256_hex(data), bool(receipt["passed"])
 
     def _packet_prompt(self, item: str) -> str:
-        if not hasattr(self, "_packet"):
+        """The item's prompt from the packet, read once per invocation."""
+        if self._prompts is None:
             from harness.evals.suite import load_packet
 
             self._packet = load_packet(self.s.design.packet_path, self.s.design.packet_sha256)
-        return str(self._packet.get(item).prompt)
+            self._prompts = {it.item: str(it.prompt) for it in self._packet}
+        prompt = self._prompts.get(item)
+        return str(self._packet.get(item).prompt) if prompt is None else prompt  # else: the refusal
 
     async def finish_run(self, state: CellState) -> None:
         """Write the final of a run that ended (verifying a delivered answer first)."""
         _, attempt, _ = state.current()[-1]
         receipt = None
         if attempt["outcome"] == "delivered":
+            if self.verify_slots is None:  # a lease never waits on a thread: the checks queue here
+                self.verify_slots = asyncio.Semaphore(self.verifier_pool().size)
             try:
-                receipt = await asyncio.to_thread(self.verify, state)
+                async with self.verify_slots:
+                    receipt = await asyncio.to_thread(self.verify, state)
             except (VerifierUnavailable, OSError) as exc:
                 self.stop(state.request.system, "harness", f"the verifier failed: {exc}")
                 return

@@ -86,8 +86,8 @@ class _Engine(Upkeep):
                 task.cancel()
             for installed_signum in installed:
                 loop.remove_signal_handler(installed_signum)
-            for v in self.verifiers.values():
-                v.close()
+            if self.pool is not None:
+                self.pool.close()
 
 
 # --------------------------------------------------------------------------

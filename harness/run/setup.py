@@ -47,10 +47,16 @@ class StageSetup:
     prices: dict[str, Price | None]  # by system slot
     pricing_path: str
     base_urls: dict[str, str]  # by system slot
+    _systems: tuple[tuple[PlanCell, ...], list[str]] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def systems(self) -> list[str]:
-        return list(dict.fromkeys(r.system for r in self.requests))
+        """The systems in plan order; counted once per `requests` (the engine asks after every event)."""
+        known = self._systems
+        if known is None or known[0] is not self.requests:
+            known = self._systems = (self.requests, list(dict.fromkeys(r.system for r in self.requests)))
+        return list(known[1])
 
 
 def stage_plan_bytes(prereg: str, design: Design, stage: str) -> bytes:
