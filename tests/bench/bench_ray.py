@@ -30,10 +30,10 @@ STORE = 80 * 1024 * 1024
 
 
 def test_ray_coordination_cost_per_attempt(tmp_path: Path) -> None:
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported: every node on 127.0.0.1
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": STORE})
     for _ in range(2):
         cluster.add_node(num_cpus=1, object_store_memory=STORE, resources={SLOT_RESOURCE: 2})

@@ -39,6 +39,7 @@ from tests.support.study import (
     wait_in_flight,
 )
 
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when Ray is imported: every node on 127.0.0.1
 ray = pytest.importorskip("ray", reason="the [ray] extra (in the dev set: make .venv/.installed-dev)")
 from ray.cluster_utils import Cluster  # noqa: E402
 
