@@ -8,9 +8,9 @@ STAMP := $(VENV)/.installed-dev
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# [dev] and [lab] (JupyterLab): `make test` opens the notebooks in JupyterLab in a real browser.
+# [dev], [ray] (the multi-node tests) and [lab] (JupyterLab): `make test` opens the notebooks in JupyterLab in a real browser.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,lab]'
+	$(BIN)/python -m pip install -q -e '.[dev,lab,ray]'
 	$(BIN)/proctor lab --kernel-only --json
 	touch $(STAMP)
 
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 LOCAL_STAMP := $(VENV)/.installed-local
 
 $(LOCAL_STAMP): pyproject.toml | $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,lab,local]'
+	$(BIN)/python -m pip install -q -e '.[dev,lab,ray,local]'
 	touch $(LOCAL_STAMP)
 
 local-model: $(LOCAL_STAMP)
@@ -38,7 +38,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check harness tests
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 # Every bench records its rows in build/bench/<bench>.json; the table in docs/benchmarks.md is rendered from them.
 bench: $(STAMP)

@@ -302,6 +302,8 @@ class Code(StrEnum):
     RUN_LOG_INVALID = "run_log_invalid"
     RUN_PREFLIGHT_FAILED = "run_preflight_failed"
     GO_REQUIRED = "go_required"
+    ENGINE_INVALID = "engine_invalid"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
 
     # report: the report cannot be built
     REPORT_REFUSED = "report_refused"
@@ -532,6 +534,8 @@ NOTES: Final[dict[Code, str]] = {
     Code.SANDBOX_UNAVAILABLE: "bwrap missing or unable to run here; says why",
     Code.SANDBOX_INVALID: "an unknown `PROCTOR_SANDBOX`",
     Code.REPORT_REFUSED: "lists every problem: file, line, rule",
+    Code.ENGINE_INVALID: "an `--engine` other than local or ray, or an `--address` without ray",
+    Code.ENGINE_UNAVAILABLE: "the `[ray]` extra is not installed, or the cluster has no node to run on",
     Code.LOCAL_MODEL_UNAVAILABLE: "the `[local]` extra is not installed",
     Code.LOCAL_MODEL_START_FAILED: "with the tail of the server's log",
     Code.LOCAL_MODEL_START_TIMEOUT: "with the tail of the server's log",

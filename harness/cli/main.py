@@ -156,6 +156,11 @@ def _parser() -> _Parser:
                    help="send every system's model to this base URL (e.g. a simulator's http://127.0.0.1:8765/v1), "
                    "as the run notebook's base_url parameter; default: the catalog's, or its base_url_env "
                    "variable (PROCTOR_SIM_URL for the simulated systems)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where attempts run: this process (local) or a Ray cluster's nodes, this process the "
+                   "single writer (ray: the [ray] extra; docs/ray.md)")
+    p.add_argument("--address", metavar="ADDR", default=None,
+                   help="the Ray cluster to join with --engine ray (default: Ray's own discovery, RAY_ADDRESS)")
 
     prereg = sub.add_parser("prereg", help="Preregistrations: check, freeze, amend, go.")
     psub = prereg.add_subparsers(dest="prereg_cmd", required=True, metavar="ACTION", parser_class=_Parser)

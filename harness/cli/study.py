@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> Outcome:
         summary = run_stage(
             args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
             preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
+            engine=args.engine, address=args.address,
         )
     finally:  # always a final redraw, before the summary (or a refusal) is printed
         if show is not None:

@@ -135,6 +135,8 @@ def run_with_progress(
     base_urls: Mapping[str, str] | None = None,
     resume_paused: bool = False,
     every_s: float = 0.5,
+    engine: str = "local",
+    address: str | None = None,
 ) -> RunSummary:
     """`run_stage` on a worker thread while this thread shows `progress_table` at most every `every_s`.
 
@@ -163,7 +165,8 @@ def run_with_progress(
     def target() -> None:
         try:
             outcome.append(run_stage(prereg_dir, stage, results_dir, resume_paused=resume_paused,
-                                     base_urls=base_urls, progress=record, interrupts=interrupts))
+                                     base_urls=base_urls, progress=record, interrupts=interrupts,
+                                     engine=engine, address=address))
         except BaseException as exc:
             outcome.append(exc)
         finally:

@@ -43,6 +43,23 @@ class SystemLanes:
 
 
 @dataclass(frozen=True)
+class EngineNode:
+    node: str
+    address: str
+    slots: int
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """Where the attempts ran, when not in the runner's own process (docs/ray.md)."""
+
+    kind: Annotated[str, one_of("ray")]
+    ray_version: str
+    sandbox: str
+    nodes: tuple[EngineNode, ...]
+
+
+@dataclass(frozen=True)
 class StartEvent:
     pid: int
     dry_run: bool
@@ -56,6 +73,8 @@ class StartEvent:
     transport_retries: int = 0
     # the harness version and git commit it ran from (absent from logs written before it was recorded)
     provenance: Provenance | None = None
+    # the ray engine's cluster (absent for the local engine: docs/ray.md)
+    engine: EngineRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,7 @@ class AttemptEvent:
     cost_usd: Annotated[float | str, COST]
     cls: Annotated[str, Key("class")]
     recovered: bool = False
+    node: str | None = None  # the Ray node that sent it (absent for the local engine)
 
 
 @dataclass(frozen=True)

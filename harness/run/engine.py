@@ -38,6 +38,7 @@ from harness.run.summary import RunProgress, SystemProgress
 
 if TYPE_CHECKING:  # a dry run never sends: the transport (httpx, h11) is imported by the run loop
     from harness.providers.transport import Transport
+    from harness.run.remote import RayEngine
 
 __all__ = ["BARRIERS", "FLUSH_ORDER", "EngineCore"]
 
@@ -122,9 +123,15 @@ class EngineCore:
         self._made_folders: set[str] = set()
         self._requests: dict[str, ProviderRequest] = {}  # each cell's request, built at its first attempt
         self.transport: Transport | None = None
+        self.remote: RayEngine | None = None  # the ray engine (docs/ray.md); None: attempts run here
+        self.sent_from: dict[tuple[str, int, int], str] = {}  # the node each remote attempt was sent from
         self.signals = 0
         self.pushes: list[threading.Thread] = []
         self.pending_signals: list[int] = []
+
+    def transport_timeout_s(self) -> float:
+        """The transport's own timeout: past every deadline (the deadline abandons an attempt first)."""
+        return max(2 * self.rules.attempt_deadline_s, 30.0)
 
     # ---- bookkeeping under the lock
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from contextlib import nullcontext
 from typing import Any
 
 from harness.errors import Code, RunRefusal
@@ -100,7 +101,9 @@ class Finals(EngineCore):
         if item.test is None or item.entry_point is None:
             raise VerifierUnavailable(f"item {r.item} has no hidden test")
         packet_prompt = self._packet_prompt(r.item)
-        with self.verifier_pool().lease() as verifier:
+        # the ray engine checks on a node's warm verifier (docs/ray.md); the local one leases from its pool
+        lease = nullcontext(self.remote.verifier) if self.remote is not None else self.verifier_pool().lease()
+        with lease as verifier:
             _, receipt = verify_response(
                 verifier, suite=self.s.design.suite_name, item=r.item, prompt=packet_prompt,
                 entry_point=item.entry_point, test=item.test, response_text=attempt.get("text") or "",

@@ -20,6 +20,7 @@ from harness.records.plan import PlanCell
 from harness.run.attempts import attempt_from_exchange, error_attempt, never_sent
 from harness.run.finals import Finals
 from harness.run.ledger import CellState
+from harness.run.remote import NodeLost
 from harness.run.rules import BREAKER_CODE, BREAKER_FAILURES, classify, run_ended, unreachable
 
 __all__ = ["Lanes"]
@@ -31,7 +32,7 @@ class Lanes(Finals):
     # ---- records
 
     def _append_attempt_locked(self, cell: PlanCell, record: dict[str, Any], lane: int, *,
-                               recovered: bool = False) -> tuple[int, str]:
+                               recovered: bool = False, node: str | None = None) -> tuple[int, str]:
         log = self.logs["attempts"]
         written = log.stage(record)
         self.attempt_lines += 1
@@ -43,7 +44,8 @@ class Lanes(Finals):
         self._event_locked("attempt", system=cell.system, lane=lane, run_id=cell.run_id, rerun=record["rerun"],
                            attempt=record["attempt"], attempts_line=line, attempt_sha256=sha,
                            started=record["started"], ended=record["ended"], cost_usd=record["cost_usd"],
-                           **{"class": classify(record)}, **({"recovered": True} if recovered else {}))
+                           **{"class": classify(record)}, **({"recovered": True} if recovered else {}),
+                           **({"node": node} if node is not None else {}))
         self.ledger.logged_attempt_lines.add(line)
         self._breaker_locked(cell, record)
         self._add_spend_locked(cell.system, record["cost_usd"])
@@ -120,18 +122,22 @@ class Lanes(Finals):
             if admitted:
                 # the intent, fsynced before the request leaves: a crash from here on leaves it to be
                 # resolved on resume at the reserve (or its true cost from the wire log)
-                self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
-                                   attempt=number, reserve_usd=self.reserve)
+                intent = self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
+                                            attempt=number, reserve_usd=self.reserve)
                 started = self.clock.now()  # under the lock of the admission: before any later stop
         await self.writer.settle()  # the decision and the intent durable before acting on them
         if not admitted:
             return None
         assert self.transport is not None and self.ceiling_event is not None
-        send = asyncio.ensure_future(self.transport.asend(request, credential))
+        key = (r.run_id, rerun, number)
+        send = asyncio.ensure_future(self.transport.asend(request, credential) if self.remote is None
+                                     else self._remote_send(key, request, credential))
         ceiling = asyncio.ensure_future(self.ceiling_event.wait())
         done, _ = await asyncio.wait({send, ceiling}, timeout=self.rules.attempt_deadline_s,
                                      return_when=asyncio.FIRST_COMPLETED)
         ceiling.cancel()
+        if send in done and self.remote is not None and isinstance(send.exception(), NodeLost):
+            return await self._node_lost(r, lane, rerun, number, float(intent["at"]), str(send.exception()))
         if send in done:
             exchange = send.result()
             cost = self._meter(exchange, r.system)
@@ -140,11 +146,14 @@ class Lanes(Finals):
                 self.wire.append_exchange(exchange)
                 ended = self.clock.now()
                 record.update(rerun=rerun, started=started, ended=ended, latency_s=ended - started)
-                self._append_attempt_locked(r, record, lane)
+                node = None if self.remote is None else self.sent_from.pop(key, None)
+                self._append_attempt_locked(r, record, lane, node=node)
                 self.under_way[r.system] -= 1
             await self.writer.settle()
             return record
         code = "budget_stop" if self.ceiling_event.is_set() else "AttemptDeadline"
+        if self.remote is not None:
+            self.remote.close_attempt(key)  # its result, if it comes, is ignored as a result (its spend is a late cost)
         self.abandoned.add(send)
         send.add_done_callback(lambda task: self._late(task, r, rerun, number))
         with self.lock:
@@ -155,6 +164,30 @@ class Lanes(Finals):
                                if code == "budget_stop" else
                                f"still running after the {self.rules.attempt_deadline_s} s deadline"),
                 cost=Cost(None, status="usage_unknown", reason="abandoned before a response arrived"),
+            )
+            record["rerun"] = rerun
+            self._append_attempt_locked(r, record, lane)
+            self.under_way[r.system] -= 1
+        await self.writer.settle()
+        return record
+
+    async def _remote_send(self, key: tuple[str, int, int], request: ProviderRequest,
+                           credential: str | None) -> Exchange:
+        """The provider call on a node of the Ray engine; the node that sent it is kept for the run event."""
+        assert self.remote is not None
+        exchange, node = await self.remote.asend(key, request, credential, self.transport_timeout_s())
+        self.sent_from[key] = node
+        return exchange
+
+    async def _node_lost(self, r: PlanCell, lane: int, rerun: int, number: int, intent_at: float,
+                         why: str) -> dict[str, Any]:
+        """A node died with the attempt under way: resolved through its intent as a crash is (a `runner_lost`
+        attempt costing the reserve, class provider), so the cell is retried, on a node still alive."""
+        with self.lock:
+            record = error_attempt(
+                r, number, error_code="runner_lost", started=intent_at, ended=self.clock.now(),
+                error_message=f"the Ray node running the attempt was lost before its result came back ({why})",
+                cost=Cost(None, status="usage_unknown", reason="the node was lost with the request under way"),
             )
             record["rerun"] = rerun
             self._append_attempt_locked(r, record, lane)

@@ -25,6 +25,7 @@ from harness.prereg.folder import GO_NAME
 from harness.prereg.go import go_problem
 from harness.records.provenance import current_provenance
 from harness.run.ledger import CellState, Ledger
+from harness.run.remote import ENGINES, open_engine
 from harness.run.rules import exhausted
 from harness.run.setup import StageSetup, load_stage_ledger, pin_plan, setup_stage
 from harness.run.summary import RunProgress, RunSummary
@@ -55,7 +56,7 @@ class _Engine(Upkeep):
         from harness.providers.transport import Transport
 
         try:
-            async with Transport(timeout_s=max(2 * self.rules.attempt_deadline_s, 30.0),
+            async with Transport(timeout_s=self.transport_timeout_s(),
                                  max_connections=max(1, n_lanes * len(self.s.systems)) + 4) as transport:
                 self.transport = transport
                 lanes = []
@@ -121,6 +122,8 @@ def run_stage(
     progress: Callable[[RunProgress], None] | None = None,
     on_exit: Callable[[dict[str, Any]], None] | None = None,
     interrupts: Interrupts | None = None,
+    engine: str = "local",
+    address: str | None = None,
 ) -> RunSummary:
     """Run (or continue) one stage of a frozen preregistration into `results_dir/<study>/<stage>/`.
 
@@ -137,6 +140,9 @@ def run_stage(
             exits the process at once; the process then ends with 128 + the signal number.
         interrupts: signals delivered from another thread (a kernel's KeyboardInterrupt, when
             this call runs on a worker thread): the same first and second signal as SIGINT.
+        engine: where the attempts' work runs: `local` (this process) or `ray` (a Ray cluster's nodes,
+            this process the single writer; docs/ray.md).
+        address: the Ray cluster's address for the ray engine (default: Ray's own discovery).
 
     Returns:
         The summary; `exit_code` 0 only when every cell of the stage has a standing final.
@@ -149,6 +155,8 @@ def run_stage(
         from harness.run.preflight import preflight as run_preflight
 
         return run_preflight(prereg_dir, stage, results_dir, base_urls=base_urls)
+    if engine not in ENGINES or (engine == "local" and address is not None):
+        open_engine(engine, address)  # refuses (engine_invalid)
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
     if not dry_run:
@@ -158,23 +166,28 @@ def run_stage(
     if dry_run:
         pin_plan(setup, write=False)
         ledger = load_stage_ledger(setup)
-        engine = _Engine(setup, ledger, resume_paused=False, progress=None)
-        cells = _cells_summary(ledger, engine)
+        dry = _Engine(setup, ledger, resume_paused=False, progress=None)
+        cells = _cells_summary(ledger, dry)
         complete = all(c["state"] == "standing" for c in cells)
         return RunSummary(True, 0 if complete else 1, "dry_run", d.study_id, stage, setup.folder, complete,
-                          engine.progress(), cells=cells)
+                          dry.progress(), cells=cells)
     os.makedirs(setup.folder, exist_ok=True)
     with InvocationLock(os.path.join(setup.folder, ".invocation.lock")):
         pin_plan(setup, write=True)
         ledger = load_stage_ledger(setup)
-        engine = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress, on_exit=on_exit)
+        remote = open_engine(engine, address)  # the ray engine checks every node's sandbox before the start
+        run = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress, on_exit=on_exit)
+        run.remote = remote
         try:
-            summary = _invoke(engine, setup, ledger, resume_paused, interrupts)
+            summary = _invoke(run, setup, ledger, resume_paused, interrupts)
         except BaseException:
             with contextlib.suppress(Refusal):  # the first error is the one to report
-                engine.writer.close()
+                run.writer.close()
             raise
-        engine.writer.close()  # every line is durable already: this stops the writer thread
+        finally:
+            if remote is not None:
+                remote.close()
+        run.writer.close()  # every line is durable already: this stops the writer thread
         return summary
 
 
@@ -190,7 +203,8 @@ def _invoke(engine: _Engine, setup: StageSetup, ledger: Ledger, resume_paused: b
                      transport_retries=d.run.transport_retries,
                      provenance=current_provenance().to_json(),
                      systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
-                              for s in setup.systems])
+                              for s in setup.systems],
+                     **({} if engine.remote is None else {"engine": engine.remote.record()}))
         if resume_paused:
             for s in sorted(engine.paused):
                 engine.event("resume_paused", system=s)

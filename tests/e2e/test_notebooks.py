@@ -162,7 +162,7 @@ def test_run_study_parameters() -> None:
     defaults = {name: info["default"] for name, info in found.items()}
     # issue 13 item 6: `results` is the results root (the stage goes to <results>/<study>/<stage>)
     assert defaults == {"prereg": '"prereg/demo"', "stage": '"A"', "results": '"results"',
-                        "dry_run": "False", "base_url": '""'}
+                        "dry_run": "False", "base_url": '""', "engine": '"local"', "address": '""'}
 
 
 def test_paths_resolve_from_the_repository_root(tmp_path: Path) -> None:

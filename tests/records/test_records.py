@@ -171,6 +171,7 @@ def test_the_derived_shapes_say_what_the_declared_ones_said() -> None:
     assert said(EVENT_FIELDS["late_cost"])["wire_line"] == "an integer or null"
     assert said(EVENT_FIELDS["attempt"])["cost_usd"] == 'a non-negative number or "unknown"'
     assert {e: said(s) for e, s in OPTIONAL_FIELDS.items()} == {
-        "attempt": {"recovered": "true or false"}, "pause": {"recovered": "true or false"},
+        "attempt": {"recovered": "true or false", "node": "a string or null"}, "pause": {"recovered": "true or false"},
         "start": {"reruns": "an integer", "transport_retries": "an integer",
-                  "provenance": "{harness, commit, dirty} or null"}}  # issue 13: the run's provenance
+                  "provenance": "{harness, commit, dirty} or null",  # issue 13: the run's provenance
+                  "engine": "{kind, ray_version, sandbox, nodes} or null"}}  # issue 18: the ray engine

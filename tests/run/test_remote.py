@@ -1,0 +1,204 @@
+"""The ray engine (harness/run/remote.py) on a real multi-node Ray cluster on loopback (docs/ray.md).
+
+One module-scoped `ray.cluster_utils.Cluster`: a head with no slot and two worker nodes advertising
+`proctor_slot`; every node listens on 127.0.0.1 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0). Attempts are sent
+from the nodes to a real simulator over loopback HTTP and checked on the nodes' warm verifiers; the driver
+(this process, or a `proctor run` subprocess) writes every record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.audit.oracle import run_problems
+from harness.audit.report import build_report
+from harness.errors import Refusal
+from harness.run.remote import SLOT_RESOURCE
+from harness.run.runner import run_stage
+from harness.workers.sandbox import BWRAP_ENV
+from tests.support.paths import REPO
+from tests.support.study import (
+    Sim,
+    logs,
+    prereg,
+    run_argv,
+    runner_env,
+    system,
+    urls,
+    wait_in_flight,
+)
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when Ray is imported: every node on 127.0.0.1
+ray = pytest.importorskip("ray", reason="the [ray] extra (in the dev set: make .venv/.installed-dev)")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("ray-cluster")]  # one cluster per run
+
+STORE = 80 * 1024 * 1024  # a small object store per node
+
+
+def _node_args(**extra: Any) -> dict[str, Any]:
+    return {"num_cpus": 1, "object_store_memory": STORE, "resources": {SLOT_RESOURCE: 2}, **extra}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on 127.0.0.1
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": STORE})
+    c.add_node(**_node_args())
+    c.add_node(**_node_args())
+    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+    c.wait_for_nodes()
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _outcomes(folder: Path) -> list[tuple[str, str, str, bool | None]]:
+    return sorted((f["run_id"], f["class"], f["action"], f["passed"]) for f in logs(folder)["finals"])
+
+
+def test_a_stage_on_three_nodes_equals_the_local_engine_and_passes_the_oracle(
+        tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    folder_p = prereg(tmp_path)
+    local = run_stage(folder_p, "A", tmp_path / "local", base_urls=urls(url))
+    remote = run_stage(folder_p, "A", tmp_path / "ray", base_urls=urls(url), engine="ray", address=cluster.address)
+    assert local.exit_code == 0 and remote.exit_code == 0 and remote.complete, remote.to_json()
+    folder = Path(remote.folder)
+    assert _outcomes(folder) == _outcomes(Path(local.folder))
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["standing"] == 12 and report.summary["passed"] == 6
+    got = logs(folder)
+    start = next(e for e in got["run"] if e["event"] == "start")
+    nodes = start["engine"]["nodes"]
+    assert start["engine"]["kind"] == "ray" and len(nodes) == 2  # the two nodes with slots
+    assert {n["address"] for n in nodes} == {"127.0.0.1"} and all(n["slots"] == 2 for n in nodes)
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+    sent = [e for e in got["attempts"]]
+    events = [e for e in got["run"] if e["event"] == "attempt"]
+    assert len(events) == len(sent) == 12 and {e["node"] for e in events} <= {n["node"] for n in nodes}
+    # the local engine's start event and attempt events carry no engine and no node
+    local_run = logs(Path(local.folder))["run"]
+    assert all("engine" not in e and "node" not in e for e in local_run)
+    # every receipt was checked on a node's verifier in the sandbox asked for, and written by the driver
+    for f in got["finals"]:
+        receipt = json.loads((folder / f["receipt"]).read_text())
+        assert receipt["sandbox"]["kind"] == start["engine"]["sandbox"]
+
+
+def test_a_node_without_bwrap_refuses_naming_it_unless_the_sandbox_is_none(
+        tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    folder_p = prereg(tmp_path)
+    before = os.environ.get(BWRAP_ENV)
+    os.environ[BWRAP_ENV] = str(tmp_path / "no-bwrap")  # the node's processes inherit it: no sandbox there
+    try:
+        node = cluster.add_node(**_node_args())
+    finally:
+        if before is None:
+            os.environ.pop(BWRAP_ENV)
+        else:
+            os.environ[BWRAP_ENV] = before
+    try:
+        cluster.wait_for_nodes()
+        with pytest.raises(Refusal) as refused:
+            run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url), engine="ray")
+        assert refused.value.code == "sandbox_unavailable" and node.node_id in str(refused.value)
+        assert not (tmp_path / "results" / "rt" / "A" / "attempts.jsonl").exists()  # refused before any attempt
+        os.environ["PROCTOR_SANDBOX"] = "none"
+        try:
+            summary = run_stage(folder_p, "A", tmp_path / "results", base_urls=urls(url), engine="ray")
+        finally:
+            os.environ.pop("PROCTOR_SANDBOX")
+        assert summary.exit_code == 0, summary.to_json()
+        start = next(e for e in logs(Path(summary.folder))["run"] if e["event"] == "start")
+        assert start["engine"]["sandbox"] == "none" and len(start["engine"]["nodes"]) == 3
+        assert run_problems(Path(summary.folder), prereg_dir=folder_p) == []
+    finally:
+        cluster.remove_node(node)
+
+
+def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
+    url = sim([system("sim-flash", 1.0, latency=0.6), system("sim-glm", 0.0, latency=0.6)], latency_scale=1.0)
+    folder_p = prereg(tmp_path, retries=1)
+    lost = 0
+    for round_ in range(3):  # bounded: until a kill caught an attempt under way on the node
+        node = cluster.add_node(**_node_args())
+        cluster.wait_for_nodes()
+        results = tmp_path / f"results-{round_}"
+        folder = results / "rt" / "A"
+        out: list[Any] = []
+        worker = threading.Thread(target=_run_into, args=(out, folder_p, results, urls(url)))
+        worker.start()
+        _wait_events(folder, "intent", 3)
+        time.sleep(0.3)
+        cluster.remove_node(node, allow_graceful=False)  # kill -9 of the node's processes
+        worker.join(300)
+        assert not worker.is_alive() and out, "the stage did not end"
+        summary = out[0]
+        assert summary.exit_code == 0 and summary.complete, summary.to_json()
+        got = logs(folder)
+        assert run_problems(folder, prereg_dir=folder_p) == []
+        assert len(got["finals"]) >= 12 and sum(f["action"] == "stand" for f in got["finals"]) == 12
+        intents = [e for e in got["run"] if e["event"] == "intent"]
+        keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
+        assert len(keys) == len(set(keys)) == len(intents)  # every intent resolved once, nothing twice
+        lost = sum(a.get("error_code") == "runner_lost" for a in got["attempts"])
+        if lost:
+            report = build_report(folder, prereg_dir=folder_p)
+            assert report.summary["standing"] == 12 and report.summary["passed"] == 6
+            break
+    assert lost, "no kill caught an attempt under way in three rounds"
+
+
+def test_a_driver_killed_with_kill_9_resumes_from_the_files(tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
+    url = sim([system("sim-flash", 1.0, latency=0.5), system("sim-glm", 0.0, latency=0.5)], latency_scale=1.0)
+    folder_p = prereg(tmp_path)
+    results = tmp_path / "results"
+    folder = results / "rt" / "A"
+    argv = [*run_argv(folder_p, results, "--engine", "ray", "--address", cluster.address)]
+    env = runner_env(url)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_in_flight(folder, proc, intents=3)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    again = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr.decode()[-2000:]
+    got = logs(folder)
+    assert sum(f["action"] == "stand" for f in got["finals"]) == 12
+    assert any(a.get("error_code") == "runner_lost" for a in got["attempts"])  # the kill left an intent
+    assert run_problems(folder, prereg_dir=folder_p) == []
+
+
+def _run_into(out: list[Any], folder_p: Path, results: Path, base_urls: dict[str, str]) -> None:
+    out.append(run_stage(folder_p, "A", results, base_urls=base_urls, engine="ray"))
+
+
+def _wait_events(folder: Path, event: str, n: int, timeout: float = 120) -> None:
+    path = folder / "run.jsonl"
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = path.read_bytes().split(b"\n")[:-1] if path.exists() else []
+        if sum(json.loads(line)["event"] == event for line in lines) >= n:
+            return
+        assert time.monotonic() < deadline, f"fewer than {n} {event} events"
+        time.sleep(0.02)
