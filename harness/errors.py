@@ -534,7 +534,7 @@ NOTES: Final[dict[Code, str]] = {
     Code.SANDBOX_UNAVAILABLE: "bwrap missing or unable to run here; says why",
     Code.SANDBOX_INVALID: "an unknown `PROCTOR_SANDBOX`",
     Code.REPORT_REFUSED: "lists every problem: file, line, rule",
-    Code.ENGINE_INVALID: "an `--engine` other than local or ray, or an `--address` without ray",
+    Code.ENGINE_INVALID: "an `--engine` other than local or ray, an `--address` without ray, or the ray engine for a suite kind it does not run",
     Code.ENGINE_UNAVAILABLE: "the `[ray]` extra is not installed, or the cluster has no node to run on",
     Code.LOCAL_MODEL_UNAVAILABLE: "the `[local]` extra is not installed",
     Code.LOCAL_MODEL_START_FAILED: "with the tail of the server's log",

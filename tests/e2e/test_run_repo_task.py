@@ -210,3 +210,13 @@ def test_the_mutant_suite_runs_through_the_same_kind(tmp_path: Path) -> None:
         assert (diff.count("\n-") == 1) if plan[attempt["run_id"]]["system"] == "strong" else diff == ""
     assert run_problems(folder, prereg_dir=prereg) == []
     assert audit_results(tmp_path / "results" / "rt", prereg=prereg).ok
+
+
+def test_the_ray_engine_refuses_a_repo_task_suite_before_anything_runs(tmp_path: Path) -> None:
+    from harness.errors import Code, Refusal
+
+    prereg = repo_prereg(tmp_path)
+    with pytest.raises(Refusal) as caught:
+        run_stage(prereg, "A", tmp_path / "results", base_urls=_urls("http://127.0.0.1:9"), engine="ray")
+    assert caught.value.code == Code.ENGINE_INVALID and "repo_task" in caught.value.message
+    assert not (tmp_path / "results").exists()  # nothing written, nothing sent
