@@ -213,6 +213,7 @@ class Code(StrEnum):
     AGENT_TEMPLATE_EMPTY = "agent_template_empty"
     AGENT_TEMPLATE_PLACEHOLDER_UNKNOWN = "agent_template_placeholder_unknown"
     AGENT_TEMPLATE_INVALID = "agent_template_invalid"
+    ARM_WORKER_NOT_REPO_TASK = "arm_worker_not_repo_task"
 
     # simulator: the provider simulator cannot start
     SIM_HOST_NOT_LOOPBACK = "sim_host_not_loopback"

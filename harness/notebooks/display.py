@@ -196,11 +196,19 @@ def check_table(report: dict[str, Any]) -> Table:
         {"what": "suite", "value": f"{report['packet']['suite']} ({report['packet']['items']} items in the packet)"},
         {"what": "draw", "value": f"{report['draw']['items']} items, seed {report['draw']['seed']}"},
         *({"what": f"stage {s['stage']}", "value": f"{s['cells']} cells ({s['formula']})"} for s in report["stages"]),
+        *({"what": f"arm {a['id']}", "value": _worker_text(a["worker"])} for a in report.get("arms", ())
+          if a["worker"] is not None),
         {"what": "cells", "value": report["cells_total"]},
         *({"what": "warning", "value": w} for w in report["warnings"]),
     ]
     return Table(f"prereg check of study {report['study']}: {report['title']}", tuple(rows),
                  note="a warning does not stop the freeze; read each before freezing")
+
+
+def _worker_text(worker: dict[str, Any]) -> str:
+    if worker["kind"] == "llm-edit":
+        return f"worker llm-edit, {worker['repair_turns']} repair turns"
+    return "worker command " + " ".join(worker["template"])
 
 
 def budget_table(report: dict[str, Any]) -> Table:

@@ -65,6 +65,7 @@ def check_prereg(path: str | os.PathLike[str]) -> dict[str, Any]:
         "design_sha256": design.sha256, "systems_sha256": systems_sha256,
         "systems": [{**s.manifest(), "pricing_key": s.pricing_key, "cap_usd": s.cap_usd} for s in design.systems],
         "resolved": resolved.to_json(),
+        "arms": [{"id": a.id, "worker": None if a.worker is None else a.worker.to_json()} for a in design.arms],
         "packet": {"suite": design.suite_name, "path": design.packet_path, "sha256": packet_sha256,
                    "items": packet_items},
         "draw": {"items": design.draw_items, "packet_items": packet_items, "seed": design.seed},

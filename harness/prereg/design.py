@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.errors import Code, InputRefusal, PreregRefusal, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.workers.arm import ArmWorker
 
 __all__ = [
     "Arm",
@@ -54,6 +55,8 @@ class Arm:
     id: str
     template: str
     temperature: float | None = None
+    worker: ArmWorker | None = None
+    """The arm's own worker on a `repo_task` suite (None: the system's catalog worker; docs/prereg.md)."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,14 @@ class _Reader:
         return value
 
 
+def _worker(doc: Any, where: str, path: str) -> ArmWorker:
+    """An arm's worker, strictly (`ArmWorker.from_json`); its refusal keeps its own code and names the key."""
+    try:
+        return ArmWorker.from_json(doc)
+    except Refusal as exc:
+        raise Refusal(exc.code, f"{where}: {exc.message}", path) from None
+
+
 def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
     """Validate a decoded design; impossible budgets and dangling references are refused."""
     r = _Reader(path)
@@ -271,7 +282,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
     arms: list[Arm] = []
     for i, entry in enumerate(r.array(doc, "arms")):
         where = f"arms[{i}]"
-        r.keys(entry, where, {"id", "template", "temperature"}, {"id", "template"})
+        r.keys(entry, where, {"id", "template", "temperature", "worker"}, {"id", "template"})
         template = r.text(entry["template"], f"{where}.template")
         if "{prompt}" not in template:
             raise r.bad(f"{where}.template must contain {{prompt}}")
@@ -280,6 +291,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
             id=r.ident(entry["id"], f"{where}.id"),
             template=template,
             temperature=None if temperature is None else r.number(temperature, f"{where}.temperature", low=0.0, high=2.0),
+            worker=None if "worker" not in entry else _worker(entry["worker"], f"{where}.worker", path),
         ))
     arm_ids = [a.id for a in arms]
     if len(set(arm_ids)) != len(arm_ids):

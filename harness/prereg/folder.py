@@ -277,6 +277,12 @@ def resolve_packet(design: Design) -> tuple[int, str]:
         from harness.evals.tasks import check_task_suite
 
         check_task_suite(os.path.dirname(design.packet_path))
+    else:
+        named = [a.id for a in design.arms if a.worker is not None]
+        if named:
+            raise Refusal(Code.ARM_WORKER_NOT_REPO_TASK,
+                          f"arms {', '.join(named)} name a worker, but suite {design.suite_name!r} is not a "
+                          "repo_task suite: a completion attempt is one request, with no worker", design.path)
     return len(packet.items), packet.sha256
 
 

@@ -190,6 +190,16 @@ class EngineCore:
             if self.ceiling_event is not None:
                 self.ceiling_event.set()
 
+    def room_locked(self, system: str) -> float:
+        """What an attempt of `system` just admitted may spend inside itself (its allowance; docs/run.md,
+        "Budgets inside an attempt"): the system's cap less its spend and the reserves its other attempts under
+        way hold, or the ceiling less the total and every other attempt's reserve, whichever is smaller (>= 0)."""
+        others = self.under_way[system] - 1
+        everyone = sum(self.under_way.values()) - 1
+        cap_room = sum_costs([self.caps[system], -self.spend[system], -self.reserve * others])
+        ceiling_room = sum_costs([self.ceiling, -self.total(), -self.reserve * everyone])
+        return max(0.0, min(cap_room, ceiling_room))
+
     def _admit_locked(self, system: str, item: str, lane: int, attempt: tuple[str, int, int]) -> bool:
         """Admit one attempt (run_id, rerun, attempt) under the lock: the decision is logged, and an admitted
         attempt holds the reserve (`under_way`) until its record is written. Every attempt is admitted,

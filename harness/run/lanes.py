@@ -86,19 +86,20 @@ class Lanes(Finals):
         """Carry out the next attempt of the cell's current run as the suite's kind does (run/kinds/)."""
         return await self.kind.attempt(self, state, lane)
 
-    async def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> float | None:
+    async def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> tuple[float, float] | None:
         """Admit an attempt and write its intent (a kind's own attempt), both durable before it returns;
-        its start time, or None when refused."""
-        started: float | None = None
+        (its start time, what it may spend inside itself: `room_locked` at its admission), or None when
+        refused."""
+        begun: tuple[float, float] | None = None
         with self.lock:
             if self.halted(r.system):
                 return None
             if self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
                 self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
                                    attempt=number, reserve_usd=self.reserve)
-                started = self.clock.now()
+                begun = (self.clock.now(), self.room_locked(r.system))
         await self.writer.settle()  # the decision and the intent durable before acting on them
-        return started
+        return begun
 
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None:
         """Append a kind's attempt record (its `ended` stamped now), release its reserve, wait until durable."""

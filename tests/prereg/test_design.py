@@ -235,3 +235,55 @@ def test_a_design_that_is_a_folder_or_missing_is_named(tmp_path: Path) -> None:
     with pytest.raises(Refusal) as caught:
         load_design(folder)
     assert caught.value.code == "not_a_regular_file"
+
+
+# --------------------------------------------------------------------------
+# An arm's worker (issue 17 item 3): parsed strictly into `ArmWorker`, refused by name
+
+
+def _with_worker(worker: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(d: dict[str, Any]) -> None:
+        d["arms"][1]["worker"] = worker
+    return mutate
+
+
+def test_an_arm_names_its_worker(tmp_path: Path) -> None:
+    from harness.workers.arm import ArmWorker
+
+    folder = write_prereg(tmp_path, _with_worker({"kind": "llm-edit", "repair_turns": 2}))
+    design = load_design(folder / "design.toml")
+    assert design.arm("think").worker == ArmWorker("llm-edit", repair_turns=2)
+    assert design.arm("direct").worker is None  # the system's catalog worker, as before
+    command = {"kind": "command", "template": ["agent", "--prompt-file", "{prompt_file}", "--base-url", "{base_url}"]}
+    other = write_prereg(tmp_path / "b", _with_worker(command))
+    assert load_design(other / "design.toml").arm("think").worker == ArmWorker(
+        "command", ("agent", "--prompt-file", "{prompt_file}", "--base-url", "{base_url}"))
+
+
+@pytest.mark.parametrize(("worker", "code"), [
+    ("aider", "arm_worker_unknown"),
+    ({"kind": "claude"}, "arm_worker_unknown"),
+    ({"kind": "llm-edit", "repair_turns": 99}, "repair_turns_invalid"),
+    ({"kind": "llm-edit", "repair_turns": True}, "repair_turns_invalid"),
+    ({"kind": "llm-edit", "turns": 2}, "arm_worker_invalid"),
+    ({"kind": "command", "template": "agent --prompt {prompt_file}"}, "agent_template_shell_string"),
+    ({"kind": "command", "template": ["agent", "{secret}"]}, "agent_template_placeholder_unknown"),
+    ({"kind": "command"}, "agent_template_empty"),
+    ({"kind": "command", "template": ["agent"], "repair_turns": 1}, "arm_worker_invalid"),
+    (3, "arm_worker_invalid"),
+])
+def test_an_arm_worker_is_refused_by_name(tmp_path: Path, worker: Any, code: str) -> None:
+    folder = write_prereg(tmp_path, _with_worker(worker))
+    with pytest.raises(Refusal) as caught:
+        load_design(folder / "design.toml")
+    assert caught.value.code == code and "arms[1].worker" in caught.value.message, caught.value.message
+
+
+def test_a_worker_on_a_completion_suite_is_refused_before_the_freeze(tmp_path: Path) -> None:
+    folder = write_prereg(tmp_path, _with_worker({"kind": "llm-edit", "repair_turns": 1}))
+    checked = run_proctor("prereg", "check", str(folder))
+    assert checked.code == 3 and checked.out["refusal"] == "arm_worker_not_repo_task", checked.out
+    assert "think" in checked.out["message"]
+    frozen = run_proctor("prereg", "freeze", str(folder))
+    assert frozen.code == 3 and frozen.out["refusal"] == "arm_worker_not_repo_task", frozen.out
+    assert not (folder / "FROZEN.json").exists()

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from harness.prereg.freeze import freeze
 from tests.support.design import write_design
@@ -24,9 +25,12 @@ MUTANTS = REPO / "evals" / "mutants"
 
 def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float = 0.01, items: int = 4,
                 deadline: float = 60, retries: int = 1, study: str = "rt", suite: Path = TASKS_SUITE,
-                catalog: str | None = None, frozen: bool = True) -> Path:
-    """A frozen preregistration: systems `cheap` (sim-flash) and `strong` (sim-k3), one arm, stage A, on
-    `suite` (default the bundled tasks suite), with `catalog` as its catalog.toml when given."""
+                catalog: str | None = None, frozen: bool = True, arms: list[dict[str, Any]] | None = None,
+                lanes: int = 2) -> Path:
+    """A frozen preregistration: systems `cheap` (sim-flash) and `strong` (sim-k3), one arm `edit` (or `arms`,
+    the first of which is compared), stage A, on `suite` (default the bundled tasks suite), with `catalog` as
+    its catalog.toml when given."""
+    arms = arms or [{"id": "edit", "template": "{prompt}"}]
     packet_sha = json.loads((suite / "SUITE.json").read_text())["packet_sha256"]
     design = {
         "study": {"id": study, "seed": 17, "title": "repo-task runner test"},
@@ -38,14 +42,15 @@ def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: 
             {"slot": "strong", "provider": "sim", "model": "sim-k3", "setting": "default",
              "pricing_key": "sim-k3", "cap_usd": caps[1]},
         ],
-        "arms": [{"id": "edit", "template": "{prompt}"}],
-        "stages": [{"id": "A", "systems": ["cheap", "strong"], "arms": ["edit"], "items": items, "repeats": 1}],
+        "arms": arms,
+        "stages": [{"id": "A", "systems": ["cheap", "strong"], "arms": [a["id"] for a in arms], "items": items,
+                    "repeats": 1}],
         "budgets": {"reserve_per_item_usd": reserve, "overall_cap_usd": 3.0, "ceiling_margin_usd": 0.2,
                     "spend_before_usd": 0.0},
-        "run": {"lanes_per_system": 2, "attempt_deadline_s": deadline, "reruns": 1, "transport_retries": retries,
+        "run": {"lanes_per_system": lanes, "attempt_deadline_s": deadline, "reruns": 1, "transport_retries": retries,
                 "max_output_tokens": 512, "full_repeats": 1},
         "analysis": {"alpha": 0.05, "power": 0.8, "test": "paired_tost", "clustering": "item",
-                     "comparisons": [{"a": "cheap", "b": "strong", "arm": "edit", "margin": 0.2,
+                     "comparisons": [{"a": "cheap", "b": "strong", "arm": arms[0]["id"], "margin": 0.2,
                                       "expected_a": 0.5, "expected_b": 0.9, "correlation": 0.3}]},
     }
     folder = root / "prereg" / study

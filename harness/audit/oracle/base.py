@@ -17,12 +17,18 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes
 from harness.records.plan import PlanCell
 
-__all__ = ["ABANDONED", "CheckBase", "Problem", "Rules", "close", "file_bytes", "repair", "seed_hash_of"]
+__all__ = ["ABANDONED", "CheckBase", "abandoned", "Problem", "Rules", "close", "file_bytes", "repair", "seed_hash_of"]
 
 _REL: Final = 1e-9
 _ABS: Final = 1e-12
 ABANDONED: Final = ("AttemptDeadline", "budget_stop")
 """The error codes of an attempt abandoned while its request was under way (its spend may come late)."""
+
+
+def abandoned(rec: dict[str, Any]) -> bool:
+    """Whether an attempt record was abandoned with spend still to come (a late cost owed). A repository-task
+    attempt (`work`) never is: its worker is waited for and its wire metered whole, a budget stop included."""
+    return rec.get("error_code") in ABANDONED and "work" not in rec
 
 Line = tuple[int, dict[str, Any]]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from harness.audit.oracle.base import ABANDONED, CheckBase, close
+from harness.audit.oracle.base import CheckBase, abandoned, close
 from harness.run.rules import cost_for_spend
 
 __all__ = ["SpendRules"]
@@ -21,8 +21,7 @@ class SpendRules(CheckBase):
         reserve = self.rules.reserve if self.rules.reserve is not None else 0.0
         # (time, kind order, system, amount, where)
         spend: list[tuple[float, str, float]] = []
-        abandoned = {(r["run_id"], r["rerun"], r["attempt"]): r for r, _ in self.by_line.values()
-                     if r.get("error_code") in ABANDONED}
+        owed = {(r["run_id"], r["rerun"], r["attempt"]): r for r, _ in self.by_line.values() if abandoned(r)}
         self.late_costs: dict[tuple[str, int, int], float] = {}  # (run_id, rerun, attempt) -> its first late cost
         for rec, _ in self.by_line.values():
             spend.append((float(rec["ended"]), self.requests[rec["run_id"]].system,
@@ -31,7 +30,7 @@ class SpendRules(CheckBase):
             if e["event"] != "late_cost":
                 continue
             key = (e["run_id"], e["rerun"], e["attempt"])
-            owner = abandoned.get(key)
+            owner = owed.get(key)
             if owner is None or key in self.late_costs:
                 self.p("run.jsonl", line, "late_cost", f"late cost for {key}: no abandoned attempt, or a second one")
             elif e["system"] != self.requests[key[0]].system or float(e["at"]) < float(owner["ended"]):
@@ -85,7 +84,7 @@ class SpendRules(CheckBase):
         leaves one owed.
         """
         for line, (rec, _) in self.by_line.items():
-            if rec.get("error_code") not in ABANDONED:
+            if not abandoned(rec):
                 continue
             key = (rec["run_id"], rec["rerun"], rec["attempt"])
             end = self.invocation_ended(float(rec["started"]))

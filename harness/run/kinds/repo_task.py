@@ -32,8 +32,9 @@ from harness.evidence.git import run_git
 from harness.evidence.jsonio import canonical_line, read_bytes, read_json, sha256_hex
 from harness.evidence.portable import machine_names, portable_value
 from harness.evidence.tree import tree_signature
+from harness.meter.allowance import Allowance
 from harness.meter.cost import Cost, meter, total_cost
-from harness.meter.pricing import Price
+from harness.meter.pricing import Price, PricingTable, load_pricing
 from harness.meter.wire import read_wire
 from harness.providers.catalog import BUNDLED_CATALOG
 from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_attempt
@@ -43,6 +44,7 @@ from harness.records.work import AttemptWork, TaskReceipt
 from harness.run.kinds.base import KindHost, SuiteKind, VerifyHost
 from harness.run.layout import receipt_name
 from harness.run.ledger import CellState
+from harness.workers.arm import ArmWorker
 
 __all__ = ["RepoTaskKind", "WorkOrder", "carry_out", "tree_diff", "work_folder"]
 
@@ -79,6 +81,10 @@ class WorkOrder:
     price: Price | None
     deadline_s: float
     stage_folder: str
+    worker: ArmWorker | None = None
+    """The arm's own worker (the design's `arms[].worker`); None: the system's catalog worker."""
+    allowance: Allowance | None = None
+    """What the attempt may spend through its proxy (the room at its admission); None: no limit inside it."""
 
 
 def _files(root: str) -> dict[str, str]:
@@ -137,13 +143,15 @@ def _baseline(ws: str) -> None:
 
 
 def _metered(wire: str | None, price: Price | None) -> tuple[Cost, TokenUsage | None, int, str | None, str | None]:
-    """(cost, tokens, exchanges, model snapshot, last error code) of a dispatch's wire log."""
+    """(cost, tokens, exchanges, model snapshot, last error code) of a dispatch's wire log; a request its
+    allowance stopped counts as an exchange that cost nothing."""
     if wire is None or not os.path.lexists(wire):
         return Cost(0.0), TokenUsage(), 0, None, None
     records = read_wire(wire)
-    cost = total_cost(meter(r.usage, price) for r in records) if records else Cost(0.0)
+    sent = [r for r in records if r.sent]  # a budget stop never left the proxy: $0, no tokens
+    cost = total_cost(meter(r.usage, price) for r in sent) if sent else Cost(0.0)
     tokens: TokenUsage | None = TokenUsage()
-    for r in records:
+    for r in sent:
         tokens = None if tokens is None or r.usage is None else tokens + r.usage
     snapshot = next((r.model_snapshot for r in reversed(records) if r.model_snapshot), None)
     error = records[-1].error_code if records else None
@@ -203,7 +211,8 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
             try:
                 result = dispatch(ws, task_path, state_dir=state, model=r.model,
                                   catalog_path=order.catalog_path, upstream_url=order.upstream,
-                                  timeout_s=order.deadline_s, prompt_text=r.prompt)
+                                  timeout_s=order.deadline_s, prompt_text=r.prompt, worker=order.worker,
+                                  allowance=order.allowance)
                 wire = result.wire_log
             except Refusal as exc:
                 if exc.code in (Code.STATE_TAMPERED, Code.GIT_DIR_CHANGED):
@@ -218,7 +227,11 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
         if wire is not None and os.path.lexists(wire):
             files["wire.jsonl"] = read_bytes(wire)
         provider_failed = result is not None and result.process.exit_code == PROVIDER_FAILURE_EXIT
-        if error is None and provider_failed:
+        if error is None and result is not None and result.budget_stop:  # stopped by its allowance: not judged
+            assert order.allowance is not None
+            error = ("budget_stop", f"the metering proxy stopped a request that could cross the attempt's allowance "
+                                    f"${order.allowance.limit_usd:.6g} (its system's cap or the ceiling)")
+        elif error is None and provider_failed:
             code = last_error if last_error in PROVIDER_ERROR_CODES else "transport" if exchanges == 0 else "malformed_response"
             error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); last request: {last_error}")
         elif error is None and refusal is None:
@@ -268,6 +281,17 @@ class RepoTaskKind(SuiteKind):
         super().__init__(suite_dir)
         self.root = os.path.dirname(os.path.dirname(os.path.abspath(suite_dir)))  # task paths are relative to it
         self._packet: Packet | None = None
+        self._pricing: PricingTable | None = None
+
+    def allowance(self, host: KindHost, system: str, room_usd: float) -> Allowance:
+        """The attempt's allowance: `room_usd`, metered with the run's pricing under the system's pricing key;
+        a request with no output cap counts as the reserve (or, with a zero reserve, the whole room)."""
+        if self._pricing is None:
+            self._pricing = load_pricing(host.s.pricing_path)
+        model = host.s.models[system]
+        reserve = host.s.design.budgets.reserve_per_item_usd
+        return Allowance(limit_usd=room_usd, pricing=self._pricing, reserve_usd=reserve or max(room_usd, 1e-9),
+                         keys={model.api_model: model.pricing_key, model.id: model.pricing_key})
 
     def packet(self, host: KindHost) -> Packet:
         if self._packet is None:
@@ -275,8 +299,10 @@ class RepoTaskKind(SuiteKind):
             self._packet = load_packet(d.packet_path, d.packet_sha256)
         return self._packet
 
-    def order(self, host: KindHost, r: PlanCell, rerun: int, number: int, started: float) -> WorkOrder:
-        """Resolve the item's snapshot, task file (checked against the private part) and the system's worker."""
+    def order(self, host: KindHost, r: PlanCell, rerun: int, number: int, started: float,
+              room_usd: float | None = None) -> WorkOrder:
+        """Resolve the item's snapshot, task file (checked against the private part), the arm's worker (None:
+        the system's catalog worker) and, given `room_usd`, the attempt's allowance."""
         from harness.gate.task import load_task
 
         item = self.packet(host).get(r.item)
@@ -286,7 +312,9 @@ class RepoTaskKind(SuiteKind):
         common: dict[str, Any] = {
             "cell": r, "rerun": rerun, "attempt": number, "started": started, "catalog_path": catalog,
             "upstream": host.s.base_urls[r.system], "price": host.s.prices[r.system],
-            "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder}
+            "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder,
+            "worker": host.s.design.arm(r.arm).worker,
+            "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd)}
         if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
             return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="", **common)
         if item.workspace is None or not isinstance(private.get("task"), str):
@@ -320,11 +348,12 @@ class RepoTaskKind(SuiteKind):
 
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         r, rerun, number = state.request, state.rerun, state.next_attempt()
-        started = await host.begin_attempt(r, rerun, number, lane)
-        if started is None:
+        begun = await host.begin_attempt(r, rerun, number, lane)
+        if begun is None:
             return None
+        started, room = begun
         try:
-            order = self.order(host, r, rerun, number, started)
+            order = self.order(host, r, rerun, number, started, room)
         except (Refusal, OSError, VerifierUnavailable) as exc:
             record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
         else:
