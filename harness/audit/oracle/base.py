@@ -17,7 +17,7 @@ from harness.errors import Refusal
 from harness.evidence.jsonio import read_bytes
 from harness.records.plan import PlanCell
 
-__all__ = ["ABANDONED", "CheckBase", "abandoned", "Problem", "Rules", "close", "file_bytes", "repair", "seed_hash_of"]
+__all__ = ["ABANDONED", "CheckBase", "Problem", "Rules", "abandoned", "close", "file_bytes", "repair", "seed_hash_of"]
 
 _REL: Final = 1e-9
 _ABS: Final = 1e-12
