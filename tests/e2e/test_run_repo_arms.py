@@ -25,7 +25,7 @@ from tests.support.sim import SimServer, sim_systems
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
 
-ARMS = [{"id": "single", "template": "{prompt}"},
+ARMS: list[dict[str, Any]] = [{"id": "single", "template": "{prompt}"},
         {"id": "feedback", "template": "{prompt}", "worker": {"kind": "llm-edit", "repair_turns": 3}}]
 
 
