@@ -101,6 +101,11 @@ class Lanes(Finals):
         await self.writer.settle()  # the decision and the intent durable before acting on them
         return begun
 
+    def room_now(self, system: str) -> float:
+        """`room_locked` now, for an attempt of `system` under way (its allowance when it gets its turn)."""
+        with self.lock:
+            return self.room_locked(system)
+
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None:
         """Append a kind's attempt record (its `ended` stamped now), release its reserve, wait until durable."""
         with self.lock:

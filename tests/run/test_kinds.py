@@ -137,3 +137,50 @@ def test_each_kind_says_what_keeps_it_from_judging(tmp_path: Path, monkeypatch: 
     problems = dict(RepoTaskKind(str(tmp_path / "evals" / "tasks-suite")).preflight())
     assert problems["suite"].startswith("suite_item_changed: item 'intervals-touching-merge'")
     assert problems["verifier"].startswith("the gated path's sandbox cannot run: sandbox_invalid")
+
+
+def test_an_attempt_s_allowance_is_the_room_left_when_its_turn_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two repo_task attempts admitted together: the second's allowance counts what the first really spent
+    (more than its reserve), not the room at its admission, so the two together stay within the cap."""
+    import asyncio
+
+    import harness.run.kinds.repo_task as repo_task
+
+    cap, reserve, spends = 1.0, 0.1, [0.7, 0.7]
+    spent: list[float] = []
+    rooms: list[float] = []
+
+    class Host:
+        async def begin_attempt(self, r: Any, rerun: int, number: int, lane: int) -> tuple[float, float]:
+            return 0.0, cap - reserve  # the room at admission: the other attempt holds its reserve
+
+        def room_now(self, system: str) -> float:
+            return cap - sum(spent) - reserve * (1 - len(spent))
+
+        async def end_attempt(self, r: Any, lane: int, record: dict[str, Any]) -> None:
+            spent.append(record["cost_usd"])
+
+    kind = RepoTaskKind(str(TASKS_SUITE))
+
+    def order(host: Any, r: Any, rerun: int, number: int, started: float, room: float, *, queued_s: float) -> Any:
+        rooms.append(room)
+        return min(room, spends[len(rooms) - 1])  # the worker spends what its allowance lets it
+
+    monkeypatch.setattr(kind, "order", order)
+    monkeypatch.setattr(repo_task, "carry_out", lambda allowed: {"cost_usd": allowed})
+
+    class Cell:
+        system = "cheap"
+
+    class State:
+        request, rerun = Cell(), 0
+
+        def next_attempt(self) -> int:
+            return 1
+
+    async def both() -> None:
+        await asyncio.gather(kind.attempt(Host(), State(), 0), kind.attempt(Host(), State(), 1))  # type: ignore[arg-type]
+
+    asyncio.run(both())
+    assert rooms == pytest.approx([cap - reserve, cap - 0.7])  # the second's room after the first's real spend
+    assert sum(spent) <= cap

@@ -39,6 +39,8 @@ class KindHost(VerifyHost, Protocol):
 
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None: ...
 
+    def room_now(self, system: str) -> float: ...
+
 
 class SuiteKind:
     """How one attempt of a cell is carried out (`attempt`) and how a delivered one is scored (`verify`)."""

@@ -84,7 +84,9 @@ class WorkOrder:
     worker: ArmWorker | None = None
     """The arm's own worker (the design's `arms[].worker`); None: the system's catalog worker."""
     allowance: Allowance | None = None
-    """What the attempt may spend through its proxy (the room at its admission); None: no limit inside it."""
+    """What the attempt may spend through its proxy (the room when it gets its turn); None: no limit inside it."""
+    queued_s: float = 0.0
+    """How long it waited for its turn before the order was made (part of its latency)."""
 
 
 def _files(root: str) -> dict[str, str]:
@@ -169,7 +171,7 @@ def carry_out(order: WorkOrder) -> dict[str, Any]:
     """
     waited = time.monotonic()
     with _ONE_AT_A_TIME:
-        return _carry_out(order, time.monotonic() - waited)
+        return _carry_out(order, order.queued_s + time.monotonic() - waited)
 
 
 def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
@@ -282,6 +284,7 @@ class RepoTaskKind(SuiteKind):
         self.root = os.path.dirname(os.path.dirname(os.path.abspath(suite_dir)))  # task paths are relative to it
         self._packet: Packet | None = None
         self._pricing: PricingTable | None = None
+        self._turn: asyncio.Lock | None = None  # made in the run's event loop
 
     def allowance(self, host: KindHost, system: str, room_usd: float) -> Allowance:
         """The attempt's allowance: `room_usd`, metered with the run's pricing under the system's pricing key;
@@ -300,7 +303,7 @@ class RepoTaskKind(SuiteKind):
         return self._packet
 
     def order(self, host: KindHost, r: PlanCell, rerun: int, number: int, started: float,
-              room_usd: float | None = None) -> WorkOrder:
+              room_usd: float | None = None, *, queued_s: float = 0.0) -> WorkOrder:
         """Resolve the item's snapshot, task file (checked against the private part), the arm's worker (None:
         the system's catalog worker) and, given `room_usd`, the attempt's allowance."""
         from harness.gate.task import load_task
@@ -314,7 +317,8 @@ class RepoTaskKind(SuiteKind):
             "upstream": host.s.base_urls[r.system], "price": host.s.prices[r.system],
             "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder,
             "worker": host.s.design.arm(r.arm).worker,
-            "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd)}
+            "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd),
+            "queued_s": queued_s}
         if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
             return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="", **common)
         if item.workspace is None or not isinstance(private.get("task"), str):
@@ -351,14 +355,22 @@ class RepoTaskKind(SuiteKind):
         begun = await host.begin_attempt(r, rerun, number, lane)
         if begun is None:
             return None
-        started, room = begun
-        try:
-            order = self.order(host, r, rerun, number, started, room)
-        except (Refusal, OSError, VerifierUnavailable) as exc:
-            record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
-        else:
-            record = await asyncio.to_thread(carry_out, order)
-        await host.end_attempt(r, lane, record)
+        started, _ = begun
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        waited = time.monotonic()
+        # One gated-path attempt at a time (`carry_out`), and the one before has recorded its spend: the
+        # allowance is the room when this attempt starts, so attempts queued behind a worker that spent more
+        # than its reserve never take the system over its cap or the run over the ceiling.
+        async with self._turn:
+            try:
+                order = self.order(host, r, rerun, number, started, host.room_now(r.system),
+                                   queued_s=time.monotonic() - waited)
+            except (Refusal, OSError, VerifierUnavailable) as exc:
+                record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
+            else:
+                record = await asyncio.to_thread(carry_out, order)
+            await host.end_attempt(r, lane, record)
         return record
 
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
