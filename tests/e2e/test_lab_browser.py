@@ -10,6 +10,7 @@ temporary folder (and build/lab/ for a look). Where the browser cannot run the t
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Any, Pa
         yield server, driver, base
 
 
+def code_cells(notebook: Path) -> int:
+    return sum(c["cell_type"] == "code" for c in json.loads(notebook.read_text())["cells"])
+
+
 def keep(png: Path) -> None:
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(png, ARTEFACTS / png.name)
@@ -69,7 +74,7 @@ def test_run_study_and_analysis_run_and_render_in_jupyterlab(lab: tuple[Lab, Any
     keep(png)
     assert got.errors == [], got.errors
     assert got.kernel == DISPLAY_NAME, got  # the project's kernel, by name
-    assert got.executed == got.cells > 0, got
+    assert got.executed == got.cells == code_cells(server.root / path), got
     assert got.tables >= 4, got  # preflight, the cells of the dry run, summary, anchors
     assert got.math == 0, got  # "spend $0.0000 of ceiling $3.2000" is text, not TeX
     assert not (server.root / "results" / "demo").exists()  # a dry run writes nothing
@@ -80,7 +85,7 @@ def test_run_study_and_analysis_run_and_render_in_jupyterlab(lab: tuple[Lab, Any
     got = run_all(driver, server, path)
     assert got.errors == [], got.errors
     assert got.kernel == DISPLAY_NAME, got
-    assert got.executed == got.cells > 0, got
+    assert got.executed == got.cells == code_cells(server.root / path), got  # every cell rendered
     assert got.tables >= 8, got  # validation, q, comparisons, break-even, power, provenance, outputs, ...
     assert got.images >= 3, got  # the forest, savings and sensitivity figures
     assert got.math == 0, got

@@ -96,6 +96,11 @@ def lab_server(root: Path, home: Path) -> Iterator[Lab]:
     news = home / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True, exist_ok=True)  # no "news" question over the notebook
     (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    # JupyterLab 4 renders only the cells near the viewport ("windowing"): every cell in the page, so a
+    # notebook's whole output is counted, not what one screen happened to hold
+    tracker = home / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True, exist_ok=True)
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     env["HOME"] = str(home)
     log = home / "jupyter.log"
     argv = [*lab_argv(root, port=port, token=token, open_browser=False), "--LabApp.expose_app_in_browser=True"]
