@@ -5,6 +5,7 @@ The manual: docs/run.md ("Suite kinds").
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
 from harness.evidence.clock import Clock
@@ -42,7 +43,7 @@ class KindHost(VerifyHost, Protocol):
     def room_now(self, system: str) -> float: ...
 
 
-class SuiteKind:
+class SuiteKind(ABC):
     """How one attempt of a cell is carried out (`attempt`) and how a delivered one is scored (`verify`)."""
 
     name: ClassVar[str]
@@ -50,17 +51,20 @@ class SuiteKind:
     def __init__(self, suite_dir: str) -> None:
         self.suite_dir = suite_dir
 
+    @abstractmethod
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         """Admit, carry out and record the cell's next attempt; its record, or None when none may start."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def preflight(self) -> list[tuple[str, str]]:
         """What would keep this kind from judging, as (check, message) pairs (`harness.run.preflight`)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         """Judge the current run's delivered attempt and write its receipt: (name, sha256, passed).
 
         Raises `harness.evals.verify_humaneval.VerifierUnavailable` (or OSError) when it cannot judge.
         """
-        raise NotImplementedError
+        ...
