@@ -22,6 +22,20 @@ def alive_with(token: str) -> list[int]:
     return found
 
 
+def alive_running(argv: list[str]) -> list[int]:
+    """Live (non-zombie) processes on the host whose command line is exactly `argv`: the program itself
+    running, not a parent or wrapper that only names it among its arguments."""
+    want = b"".join(a.encode() + b"\0" for a in argv)
+    return [pid for pid in alive_with(argv[-1]) if _cmdline(pid) == want]
+
+
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
 def _stat_fields(pid: int) -> list[bytes] | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()

@@ -33,7 +33,7 @@ from harness.workers.process import run_group
 from harness.workers.sandbox import View, resolve_sandbox, sandbox_env
 from tests.support.cli import run_proctor
 from tests.support.paths import REPO
-from tests.support.procs import alive_with
+from tests.support.procs import alive_running, alive_with
 from tests.support.sim import SimServer
 from tests.support.tasks import TaskSetup
 
@@ -214,13 +214,16 @@ def test_naming_the_root_exposes_nothing_and_a_withheld_system_file_is_masked() 
 def test_it_dies_with_its_parent(tmp_path: Path) -> None:
     token = "token-" + secrets.token_hex(8)
     env = sandbox_env(os.environ, {}, sandboxed=True)
-    wrapped = BOX.wrap([sys.executable, "-c", "import time; time.sleep(120)", token], View(cwd="/tmp"), env)
+    inner = [sys.executable, "-c", "import time; time.sleep(120)", token]
+    wrapped = BOX.wrap(inner, View(cwd="/tmp"), env)
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({wrapped.argv!r})"], env=env)
     try:
+        # wait for the sandboxed program itself: the parent and bwrap name the token too, and a parent killed
+        # before bwrap has set its parent-death signal would leave bwrap running (a race, not a leak)
         deadline = time.monotonic() + 20
-        while not alive_with(token) and time.monotonic() < deadline:
+        while not alive_running(inner) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert alive_with(token), "the sandboxed process did not start"
+        assert alive_running(inner), "the sandboxed process did not start"
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert _wait_gone(token) == []
