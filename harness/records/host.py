@@ -55,6 +55,8 @@ class HostSample:
     pressure: Annotated[Mapping[str, str] | None, _PRESSURE]
     disk: Annotated[Mapping[str, Any] | None, _DISK]
     errors: Annotated[Sequence[str], _TEXTS]
+    node: str | None = None
+    """The Ray node sampled (the ray engine's nodes, docs/ray.md); absent: the driver's own host."""
 
     @property
     def failed(self) -> bool:
@@ -62,12 +64,13 @@ class HostSample:
         return self.load is None and self.memory is None and self.disk is None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": HOST_KIND, **write(self)}
+        return {"kind": HOST_KIND, **write(self, omit_none=frozenset({"node"}))}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, path: str | None, line: int | None) -> HostSample:
         """A sample read strictly (`run_log_invalid`): its kind and every field with its type."""
-        Fields(obj, line, path, code=Code.RUN_LOG_INVALID).shape(HOST_FIELDS)
+        f = Fields(obj, line, path, code=Code.RUN_LOG_INVALID)
+        f.shape({k: v for k, v in HOST_FIELDS.items() if k != "node" or k in obj})  # `node`: a node's sample only
         return build(cls, obj)
 
 

@@ -46,7 +46,8 @@ class AttemptWork:
     refusal: str | None
     """The gate's refusal that ended the attempt (a worker's scope violation, say), or None."""
     queued_s: float
-    """Seconds the attempt waited for the runner's one gated path at a time (part of its `latency_s`)."""
+    """Seconds from its admission to its work starting (part of its `latency_s`; older runs waited here for
+    the runner's one gated path at a time)."""
 
     def to_json(self) -> dict[str, Any]:
         return write(self)

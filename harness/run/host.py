@@ -41,9 +41,10 @@ def _pressure() -> dict[str, str] | None:
     return out or None
 
 
-def host_sample(at: float, reason: str, disk_path: str) -> dict[str, Any]:
+def host_sample(at: float, reason: str, disk_path: str, node: str | None = None) -> dict[str, Any]:
     """One `host-sample.v1` record (without chain fields), taken now; the disk is `disk_path`'s (the stage
-    folder), recorded as "." so that the record names no folder of the machine."""
+    folder, or a node's temporary folder), recorded as "." so that the record names no folder of the
+    machine; `node`: the Ray node it was taken on (None: this host)."""
     errors: list[str] = []
     wall, monotonic = time.time(), time.monotonic()
     load: list[float] | None
@@ -66,7 +67,7 @@ def host_sample(at: float, reason: str, disk_path: str) -> dict[str, Any]:
     except OSError as exc:
         disk = None
         errors.append(f"disk: {exc.strerror or type(exc).__name__}")
-    return HostSample(at, wall, monotonic, reason, load, memory, pressure, disk, errors).to_json()
+    return HostSample(at, wall, monotonic, reason, load, memory, pressure, disk, errors, node).to_json()
 
 
 def sample_failed(record: dict[str, Any]) -> bool:

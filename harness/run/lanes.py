@@ -106,12 +106,13 @@ class Lanes(Finals):
         with self.lock:
             return self.room_locked(system)
 
-    async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None:
-        """Append a kind's attempt record (its `ended` stamped now), release its reserve, wait until durable."""
+    async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any], *, node: str | None = None) -> None:
+        """Append a kind's attempt record (its `ended` stamped now; `node`: the ray engine's node that did its
+        work, for the run event), release its reserve, wait until durable."""
         with self.lock:
             ended = max(self.clock.now(), record["started"])
             record.update(ended=ended, latency_s=ended - record["started"])
-            self._append_attempt_locked(r, record, lane)
+            self._append_attempt_locked(r, record, lane, node=node)
             self.under_way[r.system] -= 1
         await self.writer.settle()
 

@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -70,6 +71,20 @@ def _send_on_node(request: ProviderRequest, credential: str | None, timeout_s: f
             return await transport.asend(request, credential)
 
     return asyncio.run(go()), _node_id()
+
+
+def _run_on_node(fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
+    """Any module-level function of proctor on the node (a repository-task attempt's `perform_on_node`)."""
+    return fn(*args), _node_id()
+
+
+def _sample_on_node(at: float, reason: str) -> dict[str, Any]:
+    """A host sample of the node this runs on (its temporary folder's disk, where attempts' work lies)."""
+    import tempfile
+
+    from harness.run.host import host_sample
+
+    return host_sample(at, reason, tempfile.gettempdir(), node=_node_id())
 
 
 def _sandbox_on_node(kind: str) -> tuple[str, str, str | None]:
@@ -154,6 +169,7 @@ class RayEngine:
         options: dict[str, Any] = ({"num_cpus": 0, "resources": {SLOT_RESOURCE: 1}} if uses_slots
                                    else {"num_cpus": 1})
         self._send = ray.remote(max_retries=0, **options)(_send_on_node)
+        self._run = ray.remote(max_retries=0, **options)(_run_on_node)
         actor = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(_NodeVerifier)
         self.verifiers: dict[str, Any] = {}
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -200,6 +216,27 @@ class RayEngine:
         return {"kind": "ray", "ray_version": str(ray.__version__), "sandbox": self.sandbox,
                 "nodes": [{"node": n.node, "address": n.address, "slots": n.slots} for n in self.nodes]}
 
+    def node_samples(self, at: float, reason: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """A host sample from every node the run uses (`host.jsonl`, with `node`), in node order; a node that
+        does not answer within `timeout_s` (lost, or busy beyond it) is left out and logged."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = ray.remote(num_cpus=0, max_retries=0)(_sample_on_node)
+        refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node, soft=False))
+                .remote(at, reason): n.node for n in self.nodes}
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        out = []
+        for ref in ready:
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                log.warning("node %s gave no host sample: %s", refs[ref], type(exc).__name__)
+        for ref in late:
+            ray.cancel(ref, force=True)
+            log.warning("node %s gave no host sample within %s s", refs[ref], timeout_s)
+        return sorted(out, key=lambda s: str(s["node"]))
+
     # ---- provider calls
 
     async def asend(self, key: tuple[str, int, int], request: ProviderRequest, credential: str | None,
@@ -207,13 +244,22 @@ class RayEngine:
         """Send one attempt's request from a node: (its exchange, the node). A lost node (or its worker)
         raises `NodeLost`. A result for an attempt the runner closed meanwhile (`close_attempt`: abandoned
         at the deadline or the ceiling) is ignored as a result and logged; the runner keeps only its spend."""
+        exchange, node, _ = await self._result(key, self._send.remote(request, credential, timeout_s))
+        return exchange, node  # closed: the runner keeps only its spend (as a late cost)
+
+    async def arun(self, key: tuple[str, int, int], fn: Callable[..., Any], *args: Any) -> tuple[Any, str, bool]:
+        """Run `fn(*args)` (a module-level function: a repository-task attempt's work) on a node under one slot:
+        (its result, the node, False when the attempt was closed meanwhile: its result is to be ignored).
+        A lost node raises `NodeLost`, as `asend`."""
+        return await self._result(key, self._run.remote(fn, *args))
+
+    async def _result(self, key: tuple[str, int, int], ref: Any) -> tuple[Any, str, bool]:
         from ray.exceptions import RayError, RayTaskError
 
         with self._lock:
             self.open.add(key)
-        ref = self._send.remote(request, credential, timeout_s)
         try:
-            exchange, node = await asyncio.wrap_future(ref.future())
+            value, node = await asyncio.wrap_future(ref.future())
         except RayTaskError:
             self.close_attempt(key)
             raise  # the harness's own error on the node: a runner error, as a local one
@@ -221,12 +267,13 @@ class RayEngine:
             self.close_attempt(key)
             first = str(exc).splitlines()[0] if str(exc) else ""
             raise NodeLost(f"{type(exc).__name__}: {first}") from exc
-        if not self.close_attempt(key):
+        kept = self.close_attempt(key)
+        if not kept:
             with self._lock:
                 self.ignored.append(key)
             log.warning("attempt %s was closed before its result came back from node %s: ignored as a result",
                         key, node)
-        return exchange, str(node)
+        return value, str(node), kept
 
     def close_attempt(self, key: tuple[str, int, int]) -> bool:
         """Close an attempt: its record is (or will be) written without a result; False if already closed."""

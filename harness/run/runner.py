@@ -24,7 +24,6 @@ from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
 from harness.prereg.go import go_problem
 from harness.records.provenance import current_provenance
-from harness.run.kinds import kind_for
 from harness.run.ledger import CellState, Ledger
 from harness.run.remote import ENGINES, open_engine
 from harness.run.rules import exhausted
@@ -160,11 +159,6 @@ def run_stage(
         open_engine(engine, address)  # refuses (engine_invalid)
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
-    if engine != "local":
-        suite_kind = kind_for(os.path.dirname(d.packet_path)).name
-        if suite_kind != "completion":  # a repo_task attempt would silently run here, not on the cluster
-            raise RunRefusal(Code.ENGINE_INVALID, f"the {engine} engine runs completion suites; this stage's "
-                             f"suite is {suite_kind}: run it with --engine local", d.packet_path)
     if not dry_run:
         missing = go_problem(setup.frozen, stage, setup.models, setup.base_urls)
         if missing is not None:

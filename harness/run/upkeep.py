@@ -46,7 +46,7 @@ class Upkeep(Lanes):
         failing_since: float | None = None
         while True:
             await asyncio.sleep(host_mod.SAMPLE_EVERY_S)
-            ok = self.sample("periodic")
+            ok = await self.asample("periodic")
             now = asyncio.get_running_loop().time()
             if ok:
                 failing_since = None
@@ -56,10 +56,32 @@ class Upkeep(Lanes):
                 self.stop(None, "sampler", "the host sampler failed for five minutes")
 
     def sample(self, reason: str) -> bool:
+        """A sample of this host; with the ray engine, then one of every node (`sample_nodes`)."""
         with self.lock:
-            record = host_mod.host_sample(self.clock.now(), reason, self.s.folder)
+            at = self.clock.now()
+            record = host_mod.host_sample(at, reason, self.s.folder)
             self.logs["host"].stage(record)
+        if self.remote is not None:
+            self.stage_node_samples(self.remote.node_samples(at, reason))
         return not host_mod.sample_failed(record)
+
+    async def asample(self, reason: str) -> bool:
+        """`sample`, the nodes' samples gathered off the event loop."""
+        with self.lock:
+            at = self.clock.now()
+            record = host_mod.host_sample(at, reason, self.s.folder)
+            self.logs["host"].stage(record)
+        if self.remote is not None:
+            self.stage_node_samples(await asyncio.to_thread(self.remote.node_samples, at, reason))
+        return not host_mod.sample_failed(record)
+
+    def stage_node_samples(self, samples: list[dict[str, Any]]) -> None:
+        """The nodes' samples, each checked as a record (a node returns data) and appended to host.jsonl."""
+        from harness.records.host import HostSample
+
+        with self.lock:
+            for sample in samples:
+                self.logs["host"].stage(HostSample.from_json(sample, path=None, line=None).to_json())
 
     async def anchorer(self) -> None:
         while True:

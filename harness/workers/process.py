@@ -301,6 +301,11 @@ def _children(pid: int) -> set[int]:
     return found
 
 
+def _members(reaper: int) -> set[int]:
+    """The live processes of the reaper's process group (the command's, unless they left it), but the reaper."""
+    return {pid for pid, (_, pgid) in _proc_table().items() if pgid == reaper} - {reaper}
+
+
 def _group(reaper: int) -> set[int]:
     """The attempt's live processes: the reaper's descendants and its process group, but for the reaper."""
     table = _proc_table()
@@ -373,10 +378,10 @@ def _watch(proc: subprocess.Popen[bytes], channel: _Channel, child: int, trackin
         timed_out = True
         if sandboxed:
             _stop_sandbox(child, ended)
-        if not end:
-            _kill(_group(proc.pid), signal.SIGTERM)  # the reaper ignores SIGTERM
+        if not end:  # the command's process group (what escaped it is found and flagged by the sweep below)
+            _kill(_members(proc.pid), signal.SIGTERM)  # the reaper ignores SIGTERM
             if not ended(_GRACE_S):
-                _kill(_group(proc.pid))
+                _kill(_members(proc.pid))
                 ended(_GRACE_S)
     finished = time.time()
     if sandboxed:

@@ -9,6 +9,7 @@ real `kill -9` of `proctor run` while an attempt's worker runs, resumed with the
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -58,6 +59,9 @@ def test_a_repo_task_stage_runs_through_the_gated_path_and_checks_whole(tmp_path
     folder = results / "rt" / "A"
     logs = _logs(folder)
     assert len(logs["attempts"]) == len(logs["finals"]) == 8
+    # the lanes run attempts at once (each attempt's processes swept on their own): some overlap in time
+    spans = sorted((a["started"], a["ended"]) for a in logs["attempts"])
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans
     plan = {json.loads(line)["run_id"]: json.loads(line) for line in (folder / "plan.jsonl").read_text().splitlines()[1:]}
     price = load_pricing(BUNDLED_PRICING)
     for attempt in logs["attempts"]:
@@ -212,11 +216,43 @@ def test_the_mutant_suite_runs_through_the_same_kind(tmp_path: Path) -> None:
     assert audit_results(tmp_path / "results" / "rt", prereg=prereg).ok
 
 
-def test_the_ray_engine_refuses_a_repo_task_suite_before_anything_runs(tmp_path: Path) -> None:
-    from harness.errors import Code, Refusal
+def test_a_node_s_result_is_checked_and_metered_by_the_driver(tmp_path: Path, sim_server: SimServer) -> None:
+    """The ray engine's driver side of a repository-task attempt (`node_work`), on a real attempt's record and
+    files: the spend is the driver's metering of the wire bytes (never the node's figure), and a result for
+    another attempt, with a file outside a work folder or with a verdict its receipt contradicts is a
+    `harness_error` that still costs what was metered."""
+    import dataclasses
 
-    prereg = repo_prereg(tmp_path)
-    with pytest.raises(Refusal) as caught:
-        run_stage(prereg, "A", tmp_path / "results", base_urls=_urls("http://127.0.0.1:9"), engine="ray")
-    assert caught.value.code == Code.ENGINE_INVALID and "repo_task" in caught.value.message
-    assert not (tmp_path / "results").exists()  # nothing written, nothing sent
+    from harness.run.attempts import read_plan
+    from harness.run.kinds.repo_task import WorkOrder, node_work
+
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 1.0, "sim-k3": 1.0}), seed=5)
+    prereg = repo_prereg(tmp_path, items=1)
+    assert run_stage(prereg, "A", tmp_path / "results", base_urls=_urls(url)).exit_code == 0
+    folder = tmp_path / "results" / "rt" / "A"
+    attempt = next(a for a in _logs(folder)["attempts"] if a["outcome"] == "delivered")
+    files = {name: (folder / attempt["work"]["folder"] / name).read_bytes() for name in attempt["work"]["files"]}
+    cell = next(c for c in read_plan(folder / "plan.jsonl").requests if c.run_id == attempt["run_id"])
+    price = load_pricing(BUNDLED_PRICING).get("sim-flash" if cell.system == "cheap" else "sim-k3")
+    order = WorkOrder(cell=cell, rerun=attempt["rerun"], attempt=attempt["attempt"], started=attempt["started"],
+                      task_path=None, snapshot="unused", snapshot_tree="", catalog_path="unused", upstream=url,
+                      price=price, deadline_s=60, stage_folder=str(tmp_path / "driver"))
+    def same(a: dict[str, Any], b: dict[str, Any]) -> bool:  # the attempt's fields but its end, stamped later
+        keys = set(a) - {"ended", "latency_s", "kind"}
+        assert keys <= set(b), keys - set(b)
+        return {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+    kept = node_work(order, dict(attempt), files, "n1")
+    assert same(kept, attempt)  # an honest node's result is the local attempt's record
+    assert (tmp_path / "driver" / attempt["work"]["folder"] / "diff.patch").read_bytes() == files["diff.patch"]
+    assert same(node_work(order, {**attempt, "cost_usd": 99.0, "tokens": None}, files, "n1"), attempt)  # metered here
+
+    for bad, given, why in (({**attempt, "attempt": attempt["attempt"] + 1}, files, "names attempt"),
+                     (attempt, {**files, "../escape": b"x"}, "not a work folder's"),
+                     ({**attempt, "work": {**attempt["work"], "passed": not attempt["work"]["passed"]}}, files,
+                      "verdict is not its receipt's")):
+        record = node_work(dataclasses.replace(order, stage_folder=str(tmp_path / why[:5])), dict(bad), given, "n1")
+        assert record["outcome"] == "error" and record["error_code"] == "harness_error", record
+        assert why in record["error_message"] and "node n1" in record["error_message"]
+        assert record["cost_usd"] == attempt["cost_usd"] > 0 and record["work"]["files"] == {}
+        assert not (tmp_path / "escape").exists() and not (tmp_path / why[:5] / "work" / "escape").exists()

@@ -139,10 +139,11 @@ def test_each_kind_says_what_keeps_it_from_judging(tmp_path: Path, monkeypatch: 
     assert problems["verifier"].startswith("the gated path's sandbox cannot run: sandbox_invalid")
 
 
-def test_an_attempt_s_allowance_is_the_room_left_when_its_turn_comes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two repo_task attempts admitted together: the second's allowance counts what the first really spent
-    (more than its reserve), not the room at its admission, so the two together stay within the cap."""
+def _two_attempts(lanes: int, systems: int, together: bool) -> tuple[list[float], list[float], float]:
+    """Two repo_task attempts of one system, each spending 0.7 when its allowance lets it (cap 1.0, reserve
+    0.1), run at once or one after the other: (their allowances, their spends, the cap)."""
     import asyncio
+    from types import SimpleNamespace
 
     import harness.run.kinds.repo_task as repo_task
 
@@ -151,6 +152,10 @@ def test_an_attempt_s_allowance_is_the_room_left_when_its_turn_comes(monkeypatch
     rooms: list[float] = []
 
     class Host:
+        rules = SimpleNamespace(lanes_per_system=lanes)
+        s = SimpleNamespace(design=SimpleNamespace(budgets=SimpleNamespace(reserve_per_item_usd=reserve)),
+                            systems=tuple(f"s{i}" for i in range(systems)))
+
         async def begin_attempt(self, r: Any, rerun: int, number: int, lane: int) -> tuple[float, float]:
             return 0.0, cap - reserve  # the room at admission: the other attempt holds its reserve
 
@@ -166,21 +171,49 @@ def test_an_attempt_s_allowance_is_the_room_left_when_its_turn_comes(monkeypatch
         rooms.append(room)
         return min(room, spends[len(rooms) - 1])  # the worker spends what its allowance lets it
 
-    monkeypatch.setattr(kind, "order", order)
-    monkeypatch.setattr(repo_task, "carry_out", lambda allowed: {"cost_usd": allowed})
-
     class Cell:
-        system = "cheap"
+        system, run_id = "cheap", "r"
 
     class State:
         request, rerun = Cell(), 0
 
+        def __init__(self, number: int) -> None:
+            self.number = number
+
         def next_attempt(self) -> int:
-            return 1
+            return self.number
 
-    async def both() -> None:
-        await asyncio.gather(kind.attempt(Host(), State(), 0), kind.attempt(Host(), State(), 1))  # type: ignore[arg-type]
+    async def run() -> None:
+        if together:
+            await asyncio.gather(kind.attempt(Host(), State(1), 0), kind.attempt(Host(), State(2), 1))  # type: ignore[arg-type]
+        else:
+            await kind.attempt(Host(), State(1), 0)  # type: ignore[arg-type]
+            await kind.attempt(Host(), State(2), 0)  # type: ignore[arg-type]
 
-    asyncio.run(both())
-    assert rooms == pytest.approx([cap - reserve, cap - 0.7])  # the second's room after the first's real spend
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kind, "order", order)
+        mp.setattr(repo_task, "carry_out", lambda allowed: {"cost_usd": allowed})
+        asyncio.run(run())
+    assert kind._claims == {}  # every claim released with its record
+    return rooms, spent, cap
+
+
+def test_an_attempt_s_allowance_is_the_room_left_when_its_turn_comes() -> None:
+    """One after the other (one lane, one system): the second's allowance counts what the first really spent
+    (more than its reserve), not the room at its admission, so the two together stay within the cap."""
+    rooms, spent, cap = _two_attempts(lanes=1, systems=1, together=False)
+    assert rooms == pytest.approx([cap - 0.1, cap - 0.7])  # the second's room after the first's real spend
     assert sum(spent) <= cap
+
+
+@pytest.mark.parametrize(("lanes", "systems"), [(1, 1), (2, 1), (4, 3)])
+def test_attempts_running_at_once_share_the_room_and_stay_within_the_cap(lanes: int, systems: int) -> None:
+    """At once: the second's allowance is the room less what the first holds above its reserve, so their
+    allowances together (and so their spends) never cross the cap; each is the room shared among the lanes."""
+    rooms, spent, cap = _two_attempts(lanes=lanes, systems=systems, together=True)
+    k = lanes * systems
+    first = min(cap - 0.1, max(0.1, (cap - 0.1) / k))
+    assert rooms[0] == pytest.approx(first)
+    assert rooms[1] == pytest.approx(min(cap - 0.1 - max(0.0, first - 0.1),
+                                         max(0.1, (cap - 0.1 - max(0.0, first - 0.1)) / k)))
+    assert sum(rooms) <= cap and sum(spent) <= cap

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -28,6 +29,7 @@ from harness.run.remote import SLOT_RESOURCE
 from harness.run.runner import run_stage
 from harness.workers.sandbox import BWRAP_ENV
 from tests.support.paths import REPO
+from tests.support.sim import SimServer
 from tests.support.study import (
     Sim,
     logs,
@@ -189,6 +191,99 @@ def test_a_driver_killed_with_kill_9_resumes_from_the_files(tmp_path: Path, sim:
     assert sum(f["action"] == "stand" for f in got["finals"]) == 12
     assert any(a.get("error_code") == "runner_lost" for a in got["attempts"])  # the kill left an intent
     assert run_problems(folder, prereg_dir=folder_p) == []
+
+
+def _repo_outcomes(folder: Path) -> list[tuple[str, str, str, bool | None]]:
+    return sorted((f["run_id"], f["class"], f["action"], f["passed"]) for f in logs_of_repo(folder)["finals"])
+
+
+def logs_of_repo(folder: Path, *names: str) -> dict[str, list[dict[str, Any]]]:
+    from harness.evidence.chain_read import read_log
+    from harness.run.layout import log_seed
+
+    return {name: read_log(folder / f"{name}.jsonl", log_seed("rt", "A", name))
+            for name in names or ("attempts", "finals", "run")}
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
+def test_a_repo_task_stage_on_the_nodes_equals_the_local_engine_and_checks_whole(
+        tmp_path: Path, sim_server: SimServer, cluster: Cluster) -> None:
+    """Each repository-task attempt's sandboxed work (workspace, dispatch through the metering proxy, verify)
+    runs on a node; the driver writes the work folders, meters the wire and writes every record."""
+    from harness.audit.audit import audit_results
+    from harness.meter.cost import meter, total_cost
+    from harness.meter.pricing import BUNDLED_PRICING, load_pricing
+    from harness.meter.wire import read_wire
+    from tests.support.repo_study import repo_prereg
+    from tests.support.sim import sim_systems
+
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 0.0, "sim-k3": 1.0}), seed=3)
+    folder_p = repo_prereg(tmp_path, items=2)
+    base = {"sim-flash": url, "sim-k3": url}
+    local = run_stage(folder_p, "A", tmp_path / "local", base_urls=base)
+    remote = run_stage(folder_p, "A", tmp_path / "ray", base_urls=base, engine="ray", address=cluster.address)
+    assert local.exit_code == 0 and remote.exit_code == 0 and remote.complete, remote.to_json()
+    folder = Path(remote.folder)
+    assert _repo_outcomes(folder) == _repo_outcomes(Path(local.folder))  # the same verdicts as the local engine
+    got = logs_of_repo(folder)
+    start = next(e for e in got["run"] if e["event"] == "start")
+    nodes = {n["node"] for n in start["engine"]["nodes"]}
+    events = [e for e in got["run"] if e["event"] == "attempt"]
+    assert len(events) == len(got["attempts"]) == 4 and {e["node"] for e in events} <= nodes
+    price = load_pricing(BUNDLED_PRICING)
+    plan = {json.loads(line)["run_id"]: json.loads(line) for line in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    for attempt in got["attempts"]:
+        work = attempt["work"]
+        assert attempt["outcome"] == "delivered" and set(work["files"]) == {"diff.patch", "verify.json", "wire.jsonl"}
+        wire = read_wire(folder / work["folder"] / "wire.jsonl")  # written here, by the driver, from the node's bytes
+        key = "sim-flash" if plan[attempt["run_id"]]["system"] == "cheap" else "sim-k3"
+        assert attempt["cost_usd"] == total_cost(meter(w.usage, price.get(key)) for w in wire).total > 0
+    for f in got["finals"]:
+        receipt = json.loads((folder / f["receipt"]).read_text())
+        assert receipt["passed"] is f["passed"] and receipt["sandbox"]["kind"] == start["engine"]["sandbox"]
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    assert build_report(folder, prereg_dir=folder_p).summary["passed"] == 2
+    # the host log: the driver's own samples (no node) and, at each sample, one from every node the run used
+    host = logs_of_repo(folder, "host")["host"]
+    assert {h.get("node") for h in host} == {None, *nodes}
+    for reason in ("start", "end"):
+        assert sorted(h["node"] for h in host if h["reason"] == reason and "node" in h) == sorted(nodes)
+    assert all(h["load"] is not None and h["memory"] is not None for h in host)
+    assert all("node" not in h for h in logs_of_repo(Path(local.folder), "host")["host"])  # local: as before
+    assert audit_results(tmp_path / "ray" / "rt", prereg=folder_p).ok
+
+
+def test_a_result_for_a_closed_or_duplicate_attempt_is_ignored_and_logged(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """Forced on the engine itself: an attempt the runner closes while its work is on a node, and the same
+    attempt sent twice (a duplicate result): the result that comes back to a closed attempt is not kept,
+    is named in `ignored` and logged with its node."""
+    import asyncio
+
+    from harness.run.remote import RayEngine
+
+    engine = RayEngine(cluster.address, "none", None)
+    late, twice = ("r-late", 0, 1), ("r-twice", 0, 1)
+    try:
+        async def go() -> list[tuple[Any, str, bool]]:
+            slow = asyncio.ensure_future(engine.arun(late, time.sleep, 1.0))
+            while late not in engine.open:
+                await asyncio.sleep(0.01)
+            assert engine.close_attempt(late)  # closed by the runner (its deadline, say) with the work under way
+            first = await slow
+            both = await asyncio.gather(engine.arun(twice, time.sleep, 0.2), engine.arun(twice, time.sleep, 0.6))
+            return [first, *both]
+
+        with caplog.at_level("WARNING", logger="harness.run.remote"):
+            (_, node, kept), one, other = asyncio.run(go())
+    finally:
+        engine.close()
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert kept is False and node in nodes
+    assert sorted([one[2], other[2]]) == [False, True]  # the first back is the attempt's result, the other ignored
+    assert engine.ignored == [late, twice] and engine.open == set()
+    logged = [r.getMessage() for r in caplog.records if "ignored as a result" in r.getMessage()]
+    assert len(logged) == 2 and node in logged[0] and "r-late" in logged[0] and "r-twice" in logged[1]
 
 
 def _run_into(out: list[Any], folder_p: Path, results: Path, base_urls: dict[str, str]) -> None:

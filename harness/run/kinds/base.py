@@ -6,6 +6,7 @@ The manual: docs/run.md ("Suite kinds").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from harness.evidence.clock import Clock
@@ -14,7 +15,7 @@ from harness.records.plan import PlanCell
 from harness.run.ledger import CellState
 from harness.run.setup import StageSetup
 
-__all__ = ["KindHost", "SuiteKind", "VerifyHost"]
+__all__ = ["KindHost", "RemoteWork", "SuiteKind", "VerifyHost"]
 
 
 class VerifyHost(Protocol):
@@ -29,16 +30,30 @@ class VerifyHost(Protocol):
     def verify(self, state: CellState) -> tuple[str, str, bool]: ...
 
 
+class RemoteWork(Protocol):
+    """The ray engine as a kind sees it (`harness.run.remote.RayEngine`): work sent to a node."""
+
+    sandbox: str
+
+    async def arun(self, key: tuple[str, int, int], fn: Callable[..., Any], *args: Any) -> tuple[Any, str, bool]: ...
+
+    def close_attempt(self, key: tuple[str, int, int]) -> bool: ...
+
+
 class KindHost(VerifyHost, Protocol):
     """The engine as a kind's `attempt` sees it (`harness.run.lanes.Lanes`)."""
 
     rules: RunRules
+    @property
+    def remote(self) -> RemoteWork | None:
+        """The ray engine, or None: the attempt's work runs in this process."""
+        ...
 
     async def request_attempt(self, state: CellState, lane: int) -> dict[str, Any] | None: ...
 
     async def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> tuple[float, float] | None: ...
 
-    async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any]) -> None: ...
+    async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any], *, node: str | None = None) -> None: ...
 
     def room_now(self, system: str) -> float: ...
 

@@ -15,11 +15,13 @@ The manual: docs/run.md ("Suite kinds").
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import difflib
+import json
+import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -30,6 +32,7 @@ from harness.evals.verify_humaneval import VerifierUnavailable
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.git import run_git
 from harness.evidence.jsonio import canonical_line, read_bytes, read_json, sha256_hex
+from harness.evidence.money import sum_costs
 from harness.evidence.portable import machine_names, portable_value
 from harness.evidence.tree import tree_signature
 from harness.meter.allowance import Allowance
@@ -41,20 +44,18 @@ from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_atte
 from harness.records.plan import PlanCell
 from harness.records.usage import TokenUsage
 from harness.records.work import AttemptWork, TaskReceipt
-from harness.run.kinds.base import KindHost, SuiteKind, VerifyHost
+from harness.run.kinds.base import KindHost, RemoteWork, SuiteKind, VerifyHost
 from harness.run.layout import receipt_name
 from harness.run.ledger import CellState
 from harness.workers.arm import ArmWorker
 
-__all__ = ["RepoTaskKind", "WorkOrder", "carry_out", "tree_diff", "work_folder"]
+__all__ = ["RepoTaskKind", "WorkOrder", "carry_out", "checkout", "keep_work", "node_work", "perform", "perform_on_node",
+           "tree_diff", "work_folder"]
 
+log = logging.getLogger("harness.run.kinds.repo_task")
 PROVIDER_FAILURE_EXIT: Final = 75
 """A worker's exit when its provider failed (`harness.workers.llm_edit.EXIT_PROVIDER_FAILED`)."""
 _SKIP: Final = frozenset({".git", "__pycache__", ".pytest_cache"})
-_ONE_AT_A_TIME: Final = threading.Lock()
-"""One gated-path attempt at a time per runner process: `harness.workers.process.run_group` kills every new
-descendant of the process that is still alive when its child ends (a worker's escaped processes), which
-would include a concurrent attempt's worker, verifier or git. Lanes still interleave; attempts queue here."""
 
 
 def work_folder(run_id: str, rerun: int, attempt: int) -> str:
@@ -86,7 +87,10 @@ class WorkOrder:
     allowance: Allowance | None = None
     """What the attempt may spend through its proxy (the room when it gets its turn); None: no limit inside it."""
     queued_s: float = 0.0
-    """How long it waited for its turn before the order was made (part of its latency)."""
+    """How long from its admission until the order was made (part of its latency)."""
+    sandbox: str | None = None
+    """The sandbox the dispatch and the verify run in (the ray engine's, on a node); None: `PROCTOR_SANDBOX`,
+    else bwrap, as a local run."""
 
 
 def _files(root: str) -> dict[str, str]:
@@ -161,20 +165,66 @@ def _metered(wire: str | None, price: Price | None) -> tuple[Cost, TokenUsage | 
 
 
 def carry_out(order: WorkOrder) -> dict[str, Any]:
-    """Run one gated-path attempt (blocking; one at a time per process) and return its attempt record
+    """Run one gated-path attempt (blocking; several may run at once in one process: each `run_group` sweeps
+    only its own processes), keep its work folder in the stage folder and return its attempt record
     (`ended` still to stamp).
 
-    Its work folder is written into the stage folder first. A set-up failure (the snapshot or task
-    changed, init refused, the worker could not start) is a `harness_error`; a worker whose provider
-    failed (exit 75) ends as the last request's provider error; a refusal of what the worker left
-    (a scope violation, a tampered state folder) is delivered, judged not passed.
+    A set-up failure (the snapshot or task changed, init refused, the worker could not start) is a
+    `harness_error`; a worker whose provider failed (exit 75) ends as the last request's provider error; a
+    refusal of what the worker left (a scope violation, a tampered state folder) is delivered, judged not
+    passed.
     """
-    waited = time.monotonic()
-    with _ONE_AT_A_TIME:
-        return _carry_out(order, order.queued_s + time.monotonic() - waited)
+    record, files = perform(order)
+    keep_work(order.stage_folder, AttemptWork.from_json(record["work"]).folder, files)
+    return record
 
 
-def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
+def keep_work(stage_folder: str, folder: str, files: dict[str, bytes]) -> None:
+    """Write an attempt's work files (the diff, the gate's receipt, the wire log) into its work folder."""
+    target = os.path.join(stage_folder, folder)
+    os.makedirs(target, exist_ok=True)
+    for name, data in sorted(files.items()):
+        atomic_write(os.path.join(target, name), data, mode=0o644)
+
+
+def checkout() -> str:
+    """The proctor checkout this process runs from (the folder holding `harness/`)."""
+    here = os.path.abspath(__file__)  # <checkout>/harness/run/kinds/repo_task.py
+    for _ in range(4):
+        here = os.path.dirname(here)
+    return here
+
+
+def perform_on_node(order: WorkOrder, driver_checkout: str,
+                    credentials: dict[str, str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """`perform` on a node of the ray engine (docs/ray.md, "Repository tasks"): the order's paths under the
+    driver's checkout are taken in the node's own (the suite is hashed evidence: a workspace item's snapshot
+    is checked against the packet's tree signature here, as on the driver), the credentials the worker needs are set for the call
+    only, and the metering proxy runs here, beside the worker. Nothing is written but a temporary folder:
+    the record and the files come back to the driver, which checks and writes them."""
+    here = checkout()
+
+    def rebase(path: str) -> str:
+        inside = os.path.relpath(path, driver_checkout)
+        return path if inside == ".." or inside.startswith("../") else os.path.join(here, inside)
+
+    local = dataclasses.replace(order, snapshot=rebase(order.snapshot), catalog_path=rebase(order.catalog_path),
+                                task_path=None if order.task_path is None else rebase(order.task_path))
+    saved = {name: os.environ.get(name) for name in credentials}
+    os.environ.update(credentials)
+    try:
+        return perform(local)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The attempt's work, written nowhere but a temporary folder: (its attempt record, its work files by
+    name). `carry_out` keeps the files; the ray engine runs this on a node (`perform_on_node`)."""
     from harness.gate.dispatch import dispatch
     from harness.gate.initialize import init_workspace
     from harness.gate.verify import verify
@@ -214,7 +264,7 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
                 result = dispatch(ws, task_path, state_dir=state, model=r.model,
                                   catalog_path=order.catalog_path, upstream_url=order.upstream,
                                   timeout_s=order.deadline_s, prompt_text=r.prompt, worker=order.worker,
-                                  allowance=order.allowance)
+                                  allowance=order.allowance, sandbox=order.sandbox)
                 wire = result.wire_log
             except Refusal as exc:
                 if exc.code in (Code.STATE_TAMPERED, Code.GIT_DIR_CHANGED):
@@ -238,7 +288,7 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
             error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); last request: {last_error}")
         elif error is None and refusal is None:
             try:
-                verdict = verify(ws, task_path, state)
+                verdict = verify(ws, task_path, state, sandbox=order.sandbox)
             except Refusal as exc:  # what the worker left cannot be verified: not passed
                 refusal, passed = exc.code.value, False
             else:
@@ -246,10 +296,6 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
                 files["verify.json"] = canonical_line(portable_value(verdict.receipt.to_json(), names))
         if error is None:
             files["diff.patch"] = tree_diff(before, ws)
-        target = os.path.join(order.stage_folder, folder)
-        os.makedirs(target, exist_ok=True)
-        for name, data in sorted(files.items()):
-            atomic_write(os.path.join(target, name), data, mode=0o644)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     work = AttemptWork(
@@ -258,7 +304,7 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
         timed_out=bool(result is not None and result.process.timed_out),
         provider_failure=bool(result is not None and result.provider_failure), exchanges=exchanges,
         files={name: sha256_hex(data) for name, data in sorted(files.items())}, passed=passed, refusal=refusal,
-        queued_s=round(queued_s, 6),
+        queued_s=round(order.queued_s, 6),
     )
     outcome: dict[str, Any] = ({"outcome": "delivered", "text": None} if error is None else
                                {"outcome": "error", "error_code": error[0], "error_message": error[1]})
@@ -271,7 +317,7 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
         rerun=order.rerun, work=work.to_json(), **outcome,
     ).to_json()
     validate_attempt({k: v for k, v in record.items() if k != "rerun"}, None)
-    return record
+    return record, files
 
 
 class RepoTaskKind(SuiteKind):
@@ -284,7 +330,8 @@ class RepoTaskKind(SuiteKind):
         self.root = os.path.dirname(os.path.dirname(os.path.abspath(suite_dir)))  # task paths are relative to it
         self._packet: Packet | None = None
         self._pricing: PricingTable | None = None
-        self._turn: asyncio.Lock | None = None  # made in the run's event loop
+        self._claims: dict[tuple[str, int, int], float] = {}
+        """The allowances of this kind's attempts under way (`claim`)."""
 
     def allowance(self, host: KindHost, system: str, room_usd: float) -> Allowance:
         """The attempt's allowance: `room_usd`, metered with the run's pricing under the system's pricing key;
@@ -295,6 +342,19 @@ class RepoTaskKind(SuiteKind):
         reserve = host.s.design.budgets.reserve_per_item_usd
         return Allowance(limit_usd=room_usd, pricing=self._pricing, reserve_usd=reserve or max(room_usd, 1e-9),
                          keys={model.api_model: model.pricing_key, model.id: model.pricing_key})
+
+    def claim(self, host: KindHost, system: str, key: tuple[str, int, int]) -> float:
+        """The allowance of an attempt about to start, held until its record is written (docs/run.md, "Budgets
+        inside an attempt"): the room (`room_now`, which counts every other attempt under way at the reserve)
+        less what the other attempts running hold above the reserve, shared among the run's lanes
+        (`lanes_per_system` x systems) but never below the reserve: the attempts running at once never take a
+        system over its cap or the run over the ceiling. With one lane and one system it is the whole room."""
+        reserve = host.s.design.budgets.reserve_per_item_usd
+        above = sum_costs([max(0.0, c - reserve) for c in self._claims.values()])
+        room = max(0.0, sum_costs([host.room_now(system), -above]))
+        share = room / max(1, host.rules.lanes_per_system * len(host.s.systems))
+        self._claims[key] = claim = min(room, max(reserve, share))
+        return claim
 
     def packet(self, host: KindHost) -> Packet:
         if self._packet is None:
@@ -356,22 +416,47 @@ class RepoTaskKind(SuiteKind):
         if begun is None:
             return None
         started, _ = begun
-        if self._turn is None:
-            self._turn = asyncio.Lock()
         waited = time.monotonic()
-        # One gated-path attempt at a time (`carry_out`), and the one before has recorded its spend: the
-        # allowance is the room when this attempt starts, so attempts queued behind a worker that spent more
-        # than its reserve never take the system over its cap or the run over the ceiling.
-        async with self._turn:
+        key = (r.run_id, rerun, number)
+        try:
             try:
-                order = self.order(host, r, rerun, number, started, host.room_now(r.system),
+                order = self.order(host, r, rerun, number, started, self.claim(host, r.system, key),
                                    queued_s=time.monotonic() - waited)
             except (Refusal, OSError, VerifierUnavailable) as exc:
                 record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
             else:
-                record = await asyncio.to_thread(carry_out, order)
+                remote = getattr(host, "remote", None)
+                if remote is None:
+                    record = await asyncio.to_thread(carry_out, order)
+                else:
+                    record, node = await self._on_node(host, remote, order, key)
+                    await host.end_attempt(r, lane, record, node=node)
+                    return record
             await host.end_attempt(r, lane, record)
+        finally:
+            self._claims.pop(key, None)  # its spend is recorded (or the run is ending)
         return record
+
+    async def _on_node(self, host: KindHost, remote: RemoteWork, order: WorkOrder,
+                       key: tuple[str, int, int]) -> tuple[dict[str, Any], str | None]:
+        """The attempt's work on a node of the ray engine (`perform_on_node`), its result checked and its files
+        written here, the driver: (the attempt record, the node). A lost node is the attempt's `runner_lost`
+        (its intent resolved as a crash's: retried, costing the reserve); a result that does not hold
+        together is a `harness_error` costing what the driver meters from the wire the node returned."""
+        from harness.run.remote import NodeLost
+
+        r = order.cell
+        model = host.s.models[r.system]
+        secret = os.environ.get(model.credential_env) if model.credential_env else None
+        credentials = {model.credential_env: secret} if model.credential_env and secret else {}
+        order = dataclasses.replace(order, sandbox=remote.sandbox)
+        try:
+            (record, files), node, kept = await remote.arun(key, perform_on_node, order, checkout(), credentials)
+        except NodeLost as exc:
+            return _lost(r, order.rerun, order.attempt, order.started, str(exc)), None
+        if not kept:  # never, as built: a repo_task attempt is closed only by its own result
+            raise VerifierUnavailable(f"attempt {key} was closed before node {node}'s result came back")
+        return node_work(order, record, files, node), node
 
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         _, attempt, sha = state.current()[-1]
@@ -403,6 +488,71 @@ class RepoTaskKind(SuiteKind):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write(path, data, mode=0o644)
         return name, sha256_hex(data), receipt.passed
+
+
+def node_work(order: WorkOrder, record: dict[str, Any], files: dict[str, bytes], node: str) -> dict[str, Any]:
+    """A node's attempt record made the driver's: its work files written into the stage folder, their sha256
+    and the spend taken from the bytes here (the wire metered with the driver's price, never the node's
+    figures), the attempt named as the order named it. A record for another attempt, a file name not of a
+    work folder, or a verdict the gate's receipt contradicts is a `harness_error` (the spend still metered)."""
+    r = order.cell
+    folder = work_folder(r.run_id, order.rerun, order.attempt)
+    problem = None
+    if (record.get("run_id"), record.get("rerun"), record.get("attempt")) != (r.run_id, order.rerun, order.attempt):
+        problem = f"it names attempt {record.get('run_id')}.r{record.get('rerun')}.a{record.get('attempt')}"
+    elif not set(files) <= {"diff.patch", "verify.json", "wire.jsonl"}:
+        problem = f"its files {sorted(files)} are not a work folder's"
+    safe = {n: d for n, d in files.items() if n in ("diff.patch", "verify.json", "wire.jsonl") and isinstance(d, bytes)}
+    keep_work(order.stage_folder, folder, safe)
+    wire = os.path.join(order.stage_folder, folder, "wire.jsonl") if "wire.jsonl" in safe else None
+    try:
+        cost, tokens, exchanges, snapshot, _ = _metered(wire, order.price)
+    except Refusal as exc:
+        cost, tokens, exchanges, snapshot = Cost(None, status="usage_unknown", reason="the wire is unreadable"), None, 0, None
+        problem = problem or f"its wire log cannot be read: {exc.code.value}"
+    work = None
+    if problem is None:
+        try:
+            work = AttemptWork.from_json(record["work"])
+            if "verify.json" in safe and json.loads(safe["verify.json"]).get("passed", work.passed) != work.passed:
+                problem = "its verdict is not its receipt's"
+        except (Refusal, KeyError, TypeError, ValueError) as exc:
+            problem = f"its work record does not read: {exc}"
+    if work is None or problem is not None:
+        log.warning("node %s: the result for %s does not hold (%s): a harness_error", node, folder, problem)
+        outcome: dict[str, Any] = {"outcome": "error", "error_code": "harness_error",
+                                   "error_message": f"the result from node {node} does not hold: {problem}"}
+        work = AttemptWork(kind="repo-task-work.v1", folder=folder, dispatch_id=None, exit_code=None, timed_out=False,
+                           provider_failure=False, exchanges=exchanges, passed=None, refusal=None,
+                           queued_s=round(order.queued_s, 6), files={})
+    else:
+        outcome = {k: record[k] for k in ("outcome", "text", "error_code", "error_message") if k in record}
+    work = dataclasses.replace(work, folder=folder, exchanges=exchanges,
+                               files={n: sha256_hex(d) for n, d in sorted(safe.items())} if problem is None else {})
+    kept = Attempt(
+        run_id=r.run_id, attempt=order.attempt, request_sha256=r.request_sha256, started=order.started,
+        ended=order.started, latency_s=0.0, http_status=None, response_raw=None, response_sha256=None,
+        provider_request_id=None, model_snapshot=snapshot, finish_reason=None,
+        tokens=None if tokens is None else tokens.to_json(), usage_unknown=tokens is None,
+        cost_usd="unknown" if cost.total is None else cost.total, cost_status=cost.status,
+        rerun=order.rerun, work=work.to_json(), **outcome,
+    ).to_json()
+    validate_attempt({k: v for k, v in kept.items() if k != "rerun"}, None)
+    return kept
+
+
+def _lost(r: PlanCell, rerun: int, number: int, started: float, why: str) -> dict[str, Any]:
+    """The ray node doing the attempt's work died before its result came back: resolved as a crash's intent
+    is (`runner_lost`, its cost unknown: counted as the reserve, class provider), so the cell is retried."""
+    from harness.run.attempts import error_attempt
+
+    record = error_attempt(
+        r, number, error_code="runner_lost", started=started, ended=started,
+        error_message=f"the Ray node doing the attempt's work was lost before its result came back ({why})",
+        cost=Cost(None, status="usage_unknown", reason="the node was lost with the work under way"),
+    )
+    record["rerun"] = rerun
+    return record
 
 
 def _harness_error(r: PlanCell, rerun: int, number: int, started: float, message: str) -> dict[str, Any]:
