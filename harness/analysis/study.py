@@ -298,6 +298,11 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
     )
 
 
+def _read(folder: str, log: str, study: str, stage: str) -> list[dict[str, Any]]:
+    path = os.path.join(folder, f"{log}.jsonl")
+    return read_log(path, log_seed(study, stage, log)) if os.path.lexists(path) else []
+
+
 def _repo(found: StudyResults, design: Design, attempts: pl.DataFrame, stage_ids: Sequence[str]) -> RepoTables | None:
     """The repository-task tables of a `repo_task` study (None for any other kind): late costs from each stage's
     run log, requests from its attempts' work, features from the sealed suite (`load_suite`)."""
@@ -309,12 +314,14 @@ def _repo(found: StudyResults, design: Design, attempts: pl.DataFrame, stage_ids
     late: list[dict[str, Any]] = []
     requests: dict[tuple[str, str], int] = {}
     for stage in found.stages:
-        for e in read_log(os.path.join(stage.folder, "run.jsonl"), log_seed(found.study, stage.stage, "run")):
+        if stage.stage not in stage_ids:
+            continue
+        for e in _read(stage.folder, "run", found.study, stage.stage):
             if e.get("event") == "late_cost":
                 cost = e.get("cost_usd")
                 late.append({"stage": stage.stage, "run_id": e["run_id"],
                              "cost_usd": None if cost == "unknown" or cost is None else float(cost)})
-        for a in read_log(os.path.join(stage.folder, "attempts.jsonl"), log_seed(found.study, stage.stage, "attempts")):
+        for a in _read(stage.folder, "attempts", found.study, stage.stage):
             key = (stage.stage, str(a["run_id"]))
             work = a.get("work")
             requests[key] = requests.get(key, 0) + (int(work["exchanges"]) if isinstance(work, dict) else 0)
