@@ -174,7 +174,7 @@ def _paired(by_stage: Mapping[str, pl.DataFrame], design: Design) -> pl.DataFram
 
 
 def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design,
-               gate_costs: Mapping[tuple[str, str], float]) -> pl.DataFrame:
+               gate_costs: Mapping[str, float]) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     slots = [s.slot for s in design.systems]
     for stage, cells in by_stage.items():
@@ -183,7 +183,7 @@ def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design,
             means = dict(mine.group_by("system").agg(pl.col("cost_usd").mean()).iter_rows())
             ran = sorted((s for s in slots if s in means),
                          key=lambda s: (means[s] is None, means[s] if means[s] is not None else 0.0))
-            measured = gate_costs.get((stage, arm))
+            measured = gate_costs.get(stage)
             v = ASSUMED_GATE_COST_USD if measured is None else measured
             source = ("assumed" if measured is None else "measured")
             for i, cheap in enumerate(ran):
@@ -198,7 +198,7 @@ def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design,
                     except ValueError as exc:
                         rows.append({**base, "n_pairs": keys.height, "note": f"not composed: {exc}"})
                         continue
-                    why = ("v measured: the mean gate cost the live cascade's records hold" if measured is not None
+                    why = ("v measured: the mean gate cost the stage's live cascade records hold" if measured is not None
                            else f"v assumed ${v:g}: no record measured the gate's cost (the visible tests send no "
                                 "model request)")
                     rows.append({**base, **{k: v_ for k, v_ in r.to_dict().items() if k in REPO_BREAKEVEN_SCHEMA
@@ -228,7 +228,7 @@ def _features(full: pl.DataFrame, features: pl.DataFrame, alpha: float) -> pl.Da
 
 def repo_tables(attempts: pl.DataFrame, design: Design, *, late: pl.DataFrame | None = None,
                 requests: pl.DataFrame | None = None, features: pl.DataFrame | None = None,
-                gate_costs: Mapping[tuple[str, str], float] | None = None,
+                gate_costs: Mapping[str, float] | None = None,
                 stages: Sequence[str] | None = None) -> RepoTables:
     """The repository-task tables from the report's scored attempts (no I/O).
 
@@ -238,8 +238,9 @@ def repo_tables(attempts: pl.DataFrame, design: Design, *, late: pl.DataFrame | 
         late: the stages' late costs (`LATE_COLUMNS`), added to their cells' spend.
         requests: the model requests per run (`REQUEST_COLUMNS`).
         features: each item's features (`FEATURE_COLUMNS`).
-        gate_costs: (stage, arm) -> the gate's mean cost per attempt the records measured; a cascade
-            without one uses `ASSUMED_GATE_COST_USD` and says "assumed".
+        gate_costs: stage -> the gate's mean cost per attempt its records measured (the visible-test gate of
+            its live cascade arms, the same gate for every arm); a stage without one uses
+            `ASSUMED_GATE_COST_USD` and says "assumed".
         stages: the stages, in design order (default: those in `attempts`).
 
     Raises:

@@ -81,9 +81,8 @@ def test_paired_rows_compare_systems_on_each_arm_and_arms_on_each_system() -> No
 
 
 def test_break_even_uses_the_measured_gate_cost_where_there_is_one_and_says_assumed_otherwise() -> None:
-    got = repo_tables(_stage(), design(), gate_costs={("A", "cot"): 0.004}).breakeven
-    rows = {r["arm"]: r for r in got.iter_rows(named=True)}
-    direct, cot = rows["direct"], rows["cot"]
+    assumed = {r["arm"]: r for r in repo_tables(_stage(), design()).breakeven.iter_rows(named=True)}
+    direct = assumed["direct"]
     assert (direct["cheap"], direct["strong"]) == ("x", "y")
     assert direct["v_source"] == "assumed" and direct["v"] == ASSUMED_GATE_COST_USD == 0.0
     assert "assumed" in direct["note"]
@@ -92,10 +91,14 @@ def test_break_even_uses_the_measured_gate_cost_where_there_is_one_and_says_assu
     assert direct["break_even_q"] == pytest.approx(0.1) and direct["composed_pass_rate"] == 1.0
     # composed cost: 4 x 0.01 + 2 x 0.10 = 0.24 over 4 pairs
     assert direct["composed_mean_cost_usd"] == pytest.approx(0.06)
+    measured = {r["arm"]: r for r in repo_tables(_stage(), design(), gate_costs={"A": 0.004, "B": 9.0})
+                .breakeven.iter_rows(named=True)}
+    cot = measured["cot"]
     assert cot["v_source"] == "measured" and cot["v"] == 0.004 and "measured" in cot["note"]
     # q 0.25, b 0.02, v 0.004, s 0.20: 0.25 - 0.024/0.2 = 0.13
     assert cot["predicted_savings"] == pytest.approx(0.13) and cot["break_even_q"] == pytest.approx(0.12)
     assert cot["composed_mean_cost_usd"] == pytest.approx(0.02 + 0.004 + 0.75 * 0.20)
+    assert measured["direct"]["predicted_savings"] == pytest.approx(0.5 - 0.014 / 0.10)
 
 
 def test_a_cascade_with_an_unknown_cost_is_a_row_that_says_why() -> None:
