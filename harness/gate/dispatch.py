@@ -164,9 +164,10 @@ def _choose(
 
 
 def _targeted_repair(
-    gate: Gate, switching: SwitchDecision, dispatch_id: str, folder: str, shown_dir: str
+    gate: Gate, switching: SwitchDecision, dispatch_id: str, folder: str, shown_dir: str, model: str | None
 ) -> tuple[TargetedRepair, str]:
-    """The targeted-repair event (not yet journaled) and its packet as prompt text (harness.gate.evidence)."""
+    """The targeted-repair event (not yet journaled) and its packet as prompt text (harness.gate.evidence);
+    `model`: the catalog model that runs it (None: a `--command` worker)."""
     packet = repair_packet(gate, switching, dispatch_id)
     path = os.path.join(folder, "evidence.json")
     data = canonical_bytes(packet)
@@ -174,7 +175,7 @@ def _targeted_repair(
     event = TargetedRepair(
         dispatch_id=dispatch_id,
         lane=switching.lane,
-        model=switching.model,
+        model=model,
         reason=switching.reason,
         receipt_id=switching.receipt_id,
         fingerprint=switching.fingerprint,
@@ -295,7 +296,10 @@ def dispatch(
         sandboxed = box.kind == "bwrap"
         seen = IN_SANDBOX if sandboxed else folder  # where the worker finds what it is given
         switch = lane_switch(gate, esc, dispatch_id, folder, seen)
-        repair = _targeted_repair(gate, switching, dispatch_id, folder, seen) if repairing and not switch else None
+        repair = (
+            _targeted_repair(gate, switching, dispatch_id, folder, seen, None if choice is None else choice.model.id)
+            if repairing and not switch else None
+        )
         prompt_file = os.path.join(folder, "prompt.md")
         prompt = (gate.task.prompt if prompt_text is None else prompt_text).encode("utf-8")
         if switch:
