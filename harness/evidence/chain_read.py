@@ -359,8 +359,12 @@ def _orjson_objects(body: bytes, count: int) -> list[dict[str, Any]] | None:
         if b"\n".join(map(orjson.dumps, objs, repeat(None), repeat(orjson.OPT_SORT_KEYS))) != body:
             return None
         floats = _floats(objs)
-        if floats and orjson.dumps(floats) != ("[" + ",".join(map(repr, floats)) + "]").encode("ascii"):
-            return None
+        if floats:
+            # Each distinct float once (records repeat scores and prices); a set keeps one of
+            # 0.0 and -0.0, so both are always checked.
+            distinct = [*set(floats), 0.0, -0.0]
+            if orjson.dumps(distinct) != ("[" + ",".join(map(repr, distinct)) + "]").encode("ascii"):
+                return None
     except (TypeError, ValueError):  # orjson.JSONEncodeError
         return None
     return objs
@@ -430,7 +434,8 @@ def _fast_lines(
     hashes = list(map(_hexdigest, map(hashlib.sha256, braw)))
     if prevs[1:] != hashes[:-1]:
         return None
-    if any(map(operator.contains, objs, repeat("seed"))):
+    # A "seed" key is written "seed": in the block (every line equals its canonical encoding).
+    if b'"seed":' in block and any(map(operator.contains, objs, repeat("seed"))):
         return None
     first = prevs[0]
     if not isinstance(first, str):

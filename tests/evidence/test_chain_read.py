@@ -523,3 +523,18 @@ def test_the_float_finder_finds_every_float(floats: list[float], nested: bool) -
         elif type(node) is list:
             stack.extend(node)
     assert sorted(map(float.hex, chain_read._floats([obj, {"z": 2}]))) == sorted(map(float.hex, want))
+
+
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        (b'{"a":0.0,"b":-0.0,"c":[0.5,0.5,-0.0]}', True),
+        (b'{"a":-0.0,"b":0.0}', True),
+        (b'{"a":0.00001,"b":[0.00001,0.5]}', False),  # orjson's notation of 1e-05, repeated
+        (b'{"a":0.5,"b":{"c":[0.5,1e-7]}}', False),  # orjson's 1e-07, deep, beside a repeat
+        (b'{"a":1e-05,"b":1e-05}', False),  # canonical, but orjson writes it otherwise: not its proof
+    ],
+)
+def test_the_orjson_proof_checks_each_distinct_float_and_both_zeros(line: bytes, ok: bool) -> None:
+    assert (chain_read._orjson_objects(line, 1) is not None) == ok
+    assert (chain_read.check_form(line).obj is not None) == (ok or line.startswith(b'{"a":1e-05'))
