@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from harness.errors import Refusal
+from harness.evidence import group
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log, verify_log
-from harness.evidence import group
 from harness.evidence.group import GroupWriter
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from tests.support.paths import REPO
@@ -319,8 +319,7 @@ _LIMITED = textwrap.dedent(
     """
     import resource, signal, sys
     from harness.errors import Refusal
-    from harness.evidence import group
-from harness.evidence.group import GroupWriter
+    from harness.evidence.group import GroupWriter
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (5000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     writer = GroupWriter()
