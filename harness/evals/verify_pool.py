@@ -26,7 +26,8 @@ class VerifierPool:
     """At most `size` warm verifiers, each lent to one checker at a time (`lease`).
 
     A verifier is made only when a lease finds none idle (so a run that checks
-    nothing starts none). A lent verifier whose worker died, or whose lease ended
+    nothing starts none), or ahead of the first checks by `prestart`, which
+    launches workers without waiting for them. A lent verifier whose worker died, or whose lease ended
     in `VerifierUnavailable`, is closed and dropped; the next lease makes a fresh
     one (`replaced` counts them). `close` stops every verifier and refuses later
     leases; it is idempotent.
@@ -78,6 +79,27 @@ class VerifierPool:
             if broken:
                 with self._cond:
                     self.replaced += 1
+
+    def prestart(self, count: int | None = None) -> int:
+        """Launch up to `count` more verifiers' workers now (default: as many as `size` allows), idle at
+        once and each ready by its first check, so that they start while the caller goes on; how many it
+        launched. Call it from a thread that outlives the checks (bwrap ends a worker with the thread that
+        launched it). A launch that fails is dropped: the lease that needs a verifier meets the failure."""
+        with self._cond:
+            room = 0 if self._closed else self.size - len(self._idle) - len(self._lent)
+            launched = []
+            for _ in range(max(0, room if count is None else min(count, room))):
+                verifier = self.factory()
+                try:
+                    verifier.launch()
+                except VerifierUnavailable:
+                    verifier.close()
+                    break
+                launched.append(verifier)
+            self._idle.extend(launched)
+            self.made += len(launched)
+            self._cond.notify_all()
+        return len(launched)
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[WarmVerifier]:
