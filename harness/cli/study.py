@@ -77,22 +77,35 @@ def run(args: argparse.Namespace) -> Outcome:
     exit_now = _second_signal(args.json, lambda record: f"[{record['stage']}]",
                               before=None if show is None else show.close)
 
-    from harness.notebooks.stage import study_base_urls
+    base_urls = None
+    if args.base_url:  # the notebook's parameter, read the notebook's way (its module imported only then)
+        from harness.notebooks.stage import study_base_urls
 
-    base_urls = study_base_urls(args.prereg, args.base_url)
-    if not args.dry_run and not args.preflight:  # always, before the first provider call
-        from harness.run.preflight import require_ready
+        base_urls = study_base_urls(args.prereg, args.base_url)
+    verifiers = None
+    if not args.dry_run and not args.preflight and args.engine == "local":
+        from harness.evals.verify_pool import VerifierPool, pool_size
 
-        require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls))
+        # one pool for the preflight and the run: launched by the preflight, its trial check on one of them
+        verifiers = VerifierPool(pool_size(os.cpu_count() or 1))
     try:
-        summary = run_stage(
-            args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-            preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
-            engine=args.engine, address=args.address,
-        )
-    finally:  # always a final redraw, before the summary (or a refusal) is printed
-        if show is not None:
-            show.close()
+        if not args.dry_run and not args.preflight:  # always, before the first provider call
+            from harness.run.preflight import require_ready
+
+            require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls,
+                                    verifiers=verifiers))
+        try:
+            summary = run_stage(
+                args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
+                preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
+                engine=args.engine, address=args.address, verifiers=verifiers,
+            )
+        finally:  # always a final redraw, before the summary (or a refusal) is printed
+            if show is not None:
+                show.close()
+    finally:
+        if verifiers is not None:
+            verifiers.close()
     result = summary.to_json()
     if not args.json and not args.dry_run:
         result.pop("cells")

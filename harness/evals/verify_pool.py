@@ -81,14 +81,14 @@ class VerifierPool:
                     self.replaced += 1
 
     def prestart(self, count: int | None = None) -> int:
-        """Launch up to `count` more verifiers' workers now (default: as many as `size` allows), idle at
-        once and each ready by its first check, so that they start while the caller goes on; how many it
-        launched. Call it from a thread that outlives the checks (bwrap ends a worker with the thread that
+        """Launch verifiers' workers now until the pool holds `count` (at most, and by default, `size`),
+        idle at once and each ready by its first check, so that they start while the caller goes on; how
+        many it launched. Call it from a thread that outlives the checks (bwrap ends a worker with the thread that
         launched it). A launch that fails is dropped: the lease that needs a verifier meets the failure."""
         with self._cond:
-            room = 0 if self._closed else self.size - len(self._idle) - len(self._lent)
+            held = len(self._idle) + len(self._lent)
             launched = []
-            for _ in range(max(0, room if count is None else min(count, room))):
+            for _ in range(0 if self._closed else max(0, min(self.size, self.size if count is None else count) - held)):
                 verifier = self.factory()
                 try:
                     verifier.launch()
@@ -126,8 +126,13 @@ class VerifierPool:
             self._closed = True
             idle, self._idle = self._idle, []
             self._cond.notify_all()
-        for verifier in idle:
+        stopping = [threading.Thread(target=v.close, name="proctor-verifier-close") for v in idle[1:]]
+        for thread in stopping:  # each waits for its worker's exit: all at once, not one after another
+            thread.start()
+        for verifier in idle[:1]:
             verifier.close()
+        for thread in stopping:
+            thread.join()
 
     def __enter__(self) -> VerifierPool:
         return self

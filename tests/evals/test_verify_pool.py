@@ -192,8 +192,8 @@ def test_a_verifier_whose_starting_thread_ended_is_replaced_at_its_next_lease() 
 
 def test_prestart_launches_workers_at_once_and_the_first_checks_use_them() -> None:
     with VerifierPool(2) as pool:
-        assert pool.prestart(1) == 1  # what the caller asks for, within the size
-        assert pool.prestart() == 1  # then as many as the size allows
+        assert pool.prestart(1) == 1  # until the pool holds what the caller asks for, within the size
+        assert pool.prestart() == 1 and pool.prestart(2) == 0  # then as many as the size allows
         assert pool.prestart() == 0
         launched = pool.verifiers
         pids = {v.pid for v in launched}
