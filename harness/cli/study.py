@@ -88,6 +88,12 @@ def run(args: argparse.Namespace) -> Outcome:
 
         # one pool for the preflight and the run: launched by the preflight, its trial check on one of them
         verifiers = VerifierPool(pool_size(os.cpu_count() or 1))
+        # the transport (httpx, h11) is imported while the preflight waits for its verifier, not after
+        import importlib
+        import threading
+
+        threading.Thread(target=importlib.import_module, args=("harness.providers.transport",),
+                         name="proctor-import-transport", daemon=True).start()
     try:
         if not args.dry_run and not args.preflight:  # always, before the first provider call
             from harness.run.preflight import require_ready
