@@ -57,7 +57,7 @@ class VerifierPool:
                 if self._closed:
                     raise VerifierUnavailable("the verifier pool is closed")
                 if self._idle:
-                    verifier = self._idle.pop()
+                    verifier = self._idle.pop(0)  # the longest idle: a launched one is likeliest ready
                     break
                 if len(self._lent) < self.size:
                     verifier = self.factory()
