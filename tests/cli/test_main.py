@@ -124,14 +124,16 @@ def test_help_imports_no_heavy_module() -> None:
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
 
-def imported_modules(argv: list[str], env: dict[str, str]) -> set[str]:
-    """Every module a `python -X importtime` process imported (full dotted names)."""
-    done = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=REPO, check=False)
+def imported_modules(words: list[str], env: dict[str, str], out: Path) -> set[str]:
+    """Every module a whole `proctor WORDS...` process had imported when it exited (any thread's)."""
+    code = ("import atexit, runpy, sys\n"
+            f"atexit.register(lambda: open({str(out)!r}, 'w').write('\\n'.join(sorted(sys.modules))))\n"
+            f"sys.argv = ['proctor', *{words!r}]\n"
+            "runpy.run_module('harness', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=REPO, check=False)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
-    names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
-             if line.startswith("import time:") and "|" in line}
-    return names - {"imported package"}
+    return set(out.read_text().split())
 
 
 # What a run never needs: the analysis stack, notebooks, the gated path (a completion suite), papermill.
@@ -157,8 +159,8 @@ def test_a_whole_run_of_a_completion_suite_imports_nothing_it_does_not_need(tmp_
     p = prereg(tmp_path, items=2)
     with sim_servers(tmp_path) as start:
         url = start([system("sim-flash", 1.0), system("sim-glm", 0.0)])
-        loaded = imported_modules(["-m", "harness", "run", str(p), "--stage", "A", "--results",
-                                   str(tmp_path / "results"), "--json"], runner_env(url))
+        loaded = imported_modules(["run", str(p), "--stage", "A", "--results", str(tmp_path / "results"), "--json"],
+                                  runner_env(url), tmp_path / "modules.txt")
     assert {"harness.run.engine", "harness.providers.transport", "harness.evals.verify_pool"} <= loaded  # it ran
     assert not {m for m in loaded for heavy in NOT_FOR_A_RUN if m == heavy or m.startswith(f"{heavy}.")}, sorted(
         m for m in loaded for heavy in NOT_FOR_A_RUN if m == heavy or m.startswith(f"{heavy}."))
