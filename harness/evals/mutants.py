@@ -27,6 +27,7 @@ from harness.evals.suite import Suite
 from harness.evals.write import write_suite
 from harness.evidence.git import run_git
 from harness.evidence.jsonio import canonical_bytes, canonical_line, read_bytes, sha256_hex
+from harness.evidence.pysource import parse_python
 from harness.providers.edit_format import render_files
 
 __all__ = [
@@ -248,7 +249,7 @@ def visible_tests(library: Library, test_path: str, source: bytes) -> list[str]:
     About a quarter of the module's tests, the same for every item of the module and every seed;
     never empty (the test with the smallest hash when none qualifies).
     """
-    names = [name for name, _, _ in _test_defs(ast.parse(source))]
+    names = [name for name, _, _ in _test_defs(parse_python(source))]
 
     def digest(name: str) -> str:
         return hashlib.sha256(f"{library.dist}:{test_path}:{name}".encode()).hexdigest()
@@ -259,7 +260,7 @@ def visible_tests(library: Library, test_path: str, source: bytes) -> list[str]:
 
 def visible_source(source: bytes, keep: Iterable[str]) -> bytes:
     """The test file with every test but `keep` removed (decorators too); an emptied class keeps ``pass``."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     wanted = set(keep)
     lines = source.decode("utf-8").splitlines(keepends=True)
     drop: set[int] = set()
@@ -472,7 +473,7 @@ def _stringy(node: ast.expr) -> bool:
 
 def candidates(module: str, source: str, covered: set[int]) -> list[_Candidate]:
     """Every single mutation of a covered line inside a function of `source`, in source order."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     lines = source.splitlines(keepends=True)
     parents: dict[int, ast.AST] = {}
     for node in ast.walk(tree):

@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from harness.evidence.pysource import parse_python
 from harness.records.receipt import TestResults
 
 __all__ = [
@@ -98,7 +99,7 @@ def expected_tests(files: Iterable[tuple[str, bytes]]) -> tuple[list[str], list[
         if not any(fnmatch.fnmatchcase(os.path.basename(path), p) for p in _TEST_FILES):
             continue
         try:
-            tree = ast.parse(source, filename=path)
+            tree = parse_python(source, filename=path)
         except (SyntaxError, ValueError) as exc:
             problems.append(f"{path} does not parse: {exc}")
             continue

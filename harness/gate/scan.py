@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from harness.evidence.jsonio import read_bytes
+from harness.evidence.pysource import parse_python
 from harness.evidence.tree_entry import TreeEntry, diff_trees, display_path
 from harness.records.receipt import SuspiciousLine
 
@@ -182,7 +183,7 @@ def scan_source(path: str, source: bytes) -> list[SuspiciousLine]:
     try:
         if path.endswith(".pth"):
             raise SyntaxError("a .pth file")
-        tree = ast.parse(source, filename=path)
+        tree = parse_python(source, filename=path)
     except (SyntaxError, ValueError):
         for n, line in enumerate(source.split(b"\n"), 1):
             found.extend((n, pattern) for rx, pattern in _TEXT_PATTERNS if rx.search(line))
