@@ -67,7 +67,7 @@ DEFAULT_ALIAS: Final = "gemma-3-270m-q4km"
 KQ8_ALIAS: Final = "gemma-3-270m-q4km-kq8"
 """The same model with the key cache in q8_0."""
 EDIT_ALIAS: Final = "gemma-3-270m-q4km-edit"
-"""The same model for whole-file edits (llm-edit): a longer context, a batched prompt, no code stop strings."""
+"""The same model for whole-file edits (llm-edit): a longer context and no code stop strings."""
 ALIASES: Final = (DEFAULT_ALIAS, KQ8_ALIAS, EDIT_ALIAS)
 _GGML_TYPE_Q8_0: Final = 8
 
@@ -103,7 +103,7 @@ MODEL_FLAGS: Final[Mapping[str, Any]] = {
     "verbose": False,
 }
 """Every alias's llama.cpp settings (the module docstring says why each)."""
-EDIT_FLAGS: Final[Mapping[str, Any]] = {"n_ctx": 8192, "n_ubatch": 512}
+EDIT_FLAGS: Final[Mapping[str, Any]] = {"n_ctx": 8192}
 """What the edit alias changes of `MODEL_FLAGS` (the module docstring says why)."""
 SERVER_FLAGS: Final[Mapping[str, Any]] = {"interrupt_requests": False}
 

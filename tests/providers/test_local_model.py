@@ -104,7 +104,7 @@ def test_stop_removes_the_state_of_a_server_that_already_exited(tmp_path: Path) 
     assert not (tmp_path / "server.json").exists()
 
 
-def test_the_edit_alias_differs_from_the_default_only_in_its_context_batch_and_stops() -> None:
+def test_the_edit_alias_differs_from_the_default_only_in_its_context_and_stops() -> None:
     """agents-gemma's system (docs/local-model.md): one file, the HumanEval aliases untouched."""
     config = server_config("model.gguf", 8766, "cont.json", "edit.json")
     by_alias = {m["model_alias"]: m for m in config["models"]}
@@ -113,8 +113,8 @@ def test_the_edit_alias_differs_from_the_default_only_in_its_context_batch_and_s
     assert default == {"model": "model.gguf", "hf_tokenizer_config_path": "cont.json", **MODEL_FLAGS,
                        "model_alias": DEFAULT_ALIAS}
     assert {k: v for k, v in edit.items() if default.get(k) != v} == {
-        "model_alias": EDIT_ALIAS, "hf_tokenizer_config_path": "edit.json", "n_ctx": 8192, "n_ubatch": 512}
-    assert set(EDIT_FLAGS) == {"n_ctx", "n_ubatch"} and MODEL_FLAGS["n_ctx"] == 2048
+        "model_alias": EDIT_ALIAS, "hf_tokenizer_config_path": "edit.json", "n_ctx": 8192}
+    assert set(EDIT_FLAGS) == {"n_ctx"} and MODEL_FLAGS["n_ctx"] == 2048 and MODEL_FLAGS["n_ubatch"] == 1
     # The HumanEval stops would cut a whole file at its first function; the edit alias stops only on special tokens.
     assert "\ndef " in CONTINUATION_TEMPLATE.values()
     assert EDIT_TEMPLATE["chat_template"] == CONTINUATION_TEMPLATE["chat_template"]
