@@ -379,10 +379,9 @@ class GroupWriter:
             self._durable = last
             self._cond.notify_all()
             done = [w for w in self._waiters if w[0] <= last]
-            self._waiters = [w for w in self._waiters if w[0] > last]
-        for _, loop, future in done:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
-                loop.call_soon_threadsafe(_settle_future, future, None)
+            if done:
+                self._waiters = [w for w in self._waiters if w[0] > last]
+        _wake(done, None)
 
     def _fail(self, error: Refusal) -> None:
         """A failed flush: every waiter past the durable tickets, and every later stage, is refused."""
@@ -397,9 +396,7 @@ class GroupWriter:
             self._cond.notify_all()
             self._work.notify()
             done, self._waiters = self._waiters, []
-        for _, loop, future in done:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle_future, future, self._refusal())
+        _wake(done, self._refusal)
 
     def _synced(self, log: GroupLog, last: int) -> None:
         """The deferred fsync of a group's last log (on the syncer thread)."""
@@ -515,10 +512,22 @@ def _plain(value: Any, depth: int) -> bool:
     return True
 
 
-def _settle_future(future: asyncio.Future[None], error: Refusal | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+def _wake(done: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]],
+          error: Callable[[], Refusal] | None) -> None:
+    """Settle the waiters' futures: one wake-up per event loop (its self-pipe written once), not one per waiter."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for _, loop, future in done:
+        by_loop.setdefault(loop, []).append(future)
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
+            loop.call_soon_threadsafe(_settle_futures, futures, error)
+
+
+def _settle_futures(futures: list[asyncio.Future[None]], error: Callable[[], Refusal] | None) -> None:
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error())  # each waiter its own refusal

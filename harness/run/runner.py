@@ -54,7 +54,10 @@ class _Engine(Upkeep):
             for signum in (int(signal.SIGINT), int(signal.SIGTERM)):
                 loop.add_signal_handler(signum, self.on_signal, signum)
                 installed.append(signum)
-        background = [asyncio.ensure_future(self.sampler()), asyncio.ensure_future(self.anchorer())]
+        crossed: asyncio.Future[Any] = asyncio.ensure_future(self.ceiling_event.wait())
+        self.ceiling_crossed = crossed
+        background: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.sampler()), asyncio.ensure_future(self.anchorer()), crossed]
         n_lanes = self.rules.lanes_per_system
         try:
             if self.remote is None and self.kind.uses_verifier_pool and any(

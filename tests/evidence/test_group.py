@@ -131,6 +131,42 @@ def test_an_event_loop_awaits_durability(tmp_path: Path) -> None:
     assert len(fsyncs.paths) < 160
 
 
+def test_one_wake_up_of_an_event_loop_settles_every_waiter_of_a_flush(tmp_path: Path) -> None:
+    """16 lanes of one loop wait for the same flush: the writer wakes the loop once (one self-pipe write),
+    not once per waiter, and every waiter is settled."""
+    release = threading.Event()
+
+    def held_fsync(fd: int) -> None:
+        release.wait(10)
+        os.fsync(fd)
+
+    writer = GroupWriter(fsync=held_fsync)
+    log = writer.log(tmp_path / "log.jsonl", SEED)
+
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        calls: list[Any] = []
+        original = loop.call_soon_threadsafe
+
+        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(callback)
+            return original(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign,assignment]
+        log.stage({"i": 0})
+        waiters = [asyncio.ensure_future(writer.settle(log.ticket)) for _ in range(16)]
+        await asyncio.sleep(0.05)  # every waiter registered while the fsync is held
+        assert not any(w.done() for w in waiters)
+        release.set()
+        await asyncio.gather(*waiters)
+        return calls
+
+    calls = asyncio.run(main())
+    writer.close()
+    assert len(calls) == 1, calls
+    assert verify_log(tmp_path / "log.jsonl", SEED).lines == 1
+
+
 def test_a_flush_writes_files_then_logs_in_their_order_and_a_barrier_splits_it(tmp_path: Path) -> None:
     fsyncs = Fsyncs()
     writer = GroupWriter(fsync=fsyncs)

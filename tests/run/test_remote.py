@@ -139,7 +139,7 @@ def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim,
     url = sim([system("sim-flash", 1.0, latency=0.6), system("sim-glm", 0.0, latency=0.6)], latency_scale=1.0)
     folder_p = prereg(tmp_path, retries=1)
     lost = 0
-    for round_ in range(5):  # bounded: until a kill caught an attempt under way on the node
+    for round_ in range(3):  # bounded: the kill waits for a slot in use, so the first round catches one
         # many slots on the new node: Ray's scheduler places work on the least used node, so most attempts
         # land on the one that is killed (the other nodes take the retries)
         node = cluster.add_node(**_node_args(resources={SLOT_RESOURCE: 16}))
@@ -150,7 +150,7 @@ def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim,
         worker = threading.Thread(target=_run_into, args=(out, folder_p, results, urls(url)))
         worker.start()
         _wait_events(folder, "intent", 3)
-        time.sleep(0.3)
+        _wait_slot_in_use(node.node_id, of=16)  # an attempt of ours is under way on the node now
         cluster.remove_node(node, allow_graceful=False)  # kill -9 of the node's processes
         worker.join(300)
         assert not worker.is_alive() and out, "the stage did not end"
@@ -167,7 +167,19 @@ def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim,
             report = build_report(folder, prereg_dir=folder_p)
             assert report.summary["standing"] == 12 and report.summary["passed"] == 6
             break
-    assert lost, "no kill caught an attempt under way in five rounds"
+    assert lost, "no kill caught an attempt under way in three rounds"
+
+
+def _wait_slot_in_use(node_id: str, of: int, within_s: float = 30.0) -> None:
+    """Until Ray reports one of the node's `of` proctor slots taken (a provider call of ours running there)."""
+    from ray._private.state import available_resources_per_node
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if available_resources_per_node().get(node_id, {}).get(SLOT_RESOURCE, of) < of:
+            return
+        time.sleep(0.02)
+    raise AssertionError("no attempt of ours ran on the node")
 
 
 def test_a_driver_killed_with_kill_9_resumes_from_the_files(tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
