@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench lint typecheck clean local-model lab
+.PHONY: demo agents-demo test bench lint typecheck clean local-model lab
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,9 @@ lab: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m harness.cli.demo
+
+agents-demo: $(STAMP)
+	$(BIN)/python -m harness.cli.demo --parts 4
 
 test: $(STAMP)
 	$(BIN)/ruff check harness tests
