@@ -38,6 +38,7 @@ def _logs(folder: Path, study: str, stage: str) -> dict[str, list[dict[str, Any]
     return {name: read_log(folder / f"{name}.jsonl", log_seed(study, stage, name)) for name in ("attempts", "finals")}
 
 
+@pytest.mark.timeout(1200)  # 12 gated-path attempts, each a sandboxed worker and pytest runs: slow on a loaded 2-core box
 def test_a_live_cascade_escalates_on_a_failed_gate_and_books_each_step_at_its_price(tmp_path: Path) -> None:
     # cheap never fixes anything (it returns the mutated file), strong always does: a cascade attempt passes
     # exactly when its gate caught cheap's failure and escalated; a gate the visible tests cannot fail (the
@@ -89,28 +90,18 @@ def test_a_live_cascade_escalates_on_a_failed_gate_and_books_each_step_at_its_pr
     assert row["live_pass_rate"] == escalated / ITEMS and row["gate_false_pass"] == ITEMS - escalated
     assert row["composed_pass_rate"] == 1.0 and row["strong_pass_rate"] == 1.0  # the oracle gate never errs
     assert row["v_usd"] == 0.0 and row["v_s"] > 0 and row["break_even_q_measured"] is not None
-
-
-def test_a_tampered_cascade_step_cost_is_caught_by_the_oracle(tmp_path: Path) -> None:
-    prereg = repo_prereg(tmp_path, arms=ARMS[1:] + ARMS[:1], suite=MUTANTS, items=1, deadline=120)
-    results = tmp_path / "results"
-    with mutant_sim(tmp_path, {"sim-flash": 0.0, "sim-k3": 1.0}) as url:
-        run_stage(prereg, "A", results, base_urls={"sim-flash": url, "sim-k3": url})
-    folder = results / "rt" / "A"
-    assert run_problems(folder, prereg_dir=prereg) == []
-    # the strong step's wire metered at cheap's price would undercount: the oracle meters it at strong's
-    a = next(a for a in _logs(folder, "rt", "A")["attempts"] if "cascade" in a["work"])
-    for step in a["work"]["cascade"]["steps"]:
-        assert step["wire"] in a["work"]["files"]
-    lost = folder / a["work"]["folder"] / a["work"]["cascade"]["steps"][0]["wire"]
-    lost.write_bytes(lost.read_bytes() + b"\n")
+    # the oracle meters each step's own wire: a changed strong-step wire log (one record dropped) is caught
+    stepped = next(a for a in cascades if len(a["work"]["cascade"]["steps"]) == 2)
+    wire = folder / stepped["work"]["folder"] / "wire.s2.jsonl"
+    wire.write_bytes(b"".join(wire.read_bytes().splitlines(keepends=True)[:-1]))
     problems = run_problems(folder, prereg_dir=prereg)
-    assert any(p.rule == "work" for p in problems), problems
+    assert any(p.rule == "work" and "wire.s2.jsonl" in p.file for p in problems), problems
 
 
 AGENTS_DEMO = REPO / "prereg" / "agents-demo"
 
 
+@pytest.mark.timeout(900)
 def test_the_agents_demo_smoke_stage_runs_clean(tmp_path: Path) -> None:
     results = tmp_path / "results"
     with mutant_sim(tmp_path, {"sim-flash": 0.45, "sim-glm": 0.7, "sim-k3": 0.92}) as url:

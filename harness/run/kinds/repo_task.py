@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -196,13 +196,14 @@ def carry_out(order: WorkOrder) -> dict[str, Any]:
         return _carry_out(order, order.queued_s + time.monotonic() - waited)
 
 
-def _found_wire(state: str, dispatch_id: str | None) -> str | None:
-    """The wire log of the newest dispatch in `state` that has one (a refused dispatch returns no result)."""
+def _found_wire(state: str, taken: Sequence[str | None]) -> str | None:
+    """The wire log of a refused dispatch (it returns no result): the first in `state` that has one and is not
+    an earlier step's (`taken`)."""
     root = os.path.join(state, "dispatches")
     if not os.path.isdir(root):
         return None
-    found = [os.path.join(root, d, "wire.jsonl") for d in sorted(os.listdir(root)) if dispatch_id in (None, d)]
-    return next((w for w in reversed(found) if os.path.lexists(w)), None)
+    found = [os.path.join(root, d, "wire.jsonl") for d in sorted(os.listdir(root))]
+    return next((w for w in found if os.path.lexists(w) and w not in taken), None)
 
 
 def evidence_packet(system: str, gate: CascadeGate, output: bytes) -> str:
@@ -240,7 +241,8 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
     costs: list[Cost] = []
     tokens: TokenUsage | None = TokenUsage()
     exchanges, snapshot, last_error = 0, None, None
-    began = time.monotonic()
+    wires: list[str | None] = []
+    began = 0.0
     try:
         try:
             if order.task_path is not None:
@@ -263,7 +265,9 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
             allowance = order.allowance
             if number > 1 and order.escalate is not None:
                 allowance = order.escalate(system.system, spent)
-            left = order.deadline_s - (time.monotonic() - began)
+            # the attempt deadline runs from the first dispatch (the gate's time counts against later steps)
+            began = time.monotonic() if number == 1 else began
+            left = order.deadline_s if number == 1 else order.deadline_s - (time.monotonic() - began)
             if number > 1 and left <= 1.0:
                 break  # no time left for the next system: the tree the last step left is judged
             wire: str | None = None
@@ -278,7 +282,8 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
                     refusal, passed = exc.code.value, False  # the worker's doing: judged, not passed
                 else:
                     error = ("harness_error", f"the dispatch was refused: {exc.code.value}: {exc.message}")
-                wire = _found_wire(state, None) if number == 1 else None
+                wire = _found_wire(state, wires)
+            wires.append(wire)
             cost, used, made, model_snapshot, step_error = _metered(wire, system.price)
             costs.append(cost)
             spent += cost.total or 0.0
@@ -333,7 +338,7 @@ def _carry_out(order: WorkOrder, queued_s: float) -> dict[str, Any]:
             atomic_write(os.path.join(target, name), data, mode=0o644)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cost = total_cost(costs) if costs else Cost(0.0)
+    cost = costs[0] if len(costs) == 1 else total_cost(costs) if costs else Cost(0.0)
     work = AttemptWork(
         kind="repo-task-work.v1", folder=folder, dispatch_id=None if result is None else result.dispatch_id,
         exit_code=None if result is None else result.process.exit_code,
