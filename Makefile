@@ -41,7 +41,7 @@ agents-demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check harness tests
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=30
 
 # Every bench records its rows in build/bench/<bench>.json; the table in docs/benchmarks.md is rendered from them.
 bench: $(STAMP)
