@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pytest
 
 from harness.analysis.cascade import LIVE_CASCADE_SCHEMA, LiveCascade, LiveStep, live_cascade_rows
+from harness.audit.frame import TOKEN_COLUMNS
 from harness.prereg.design import load_design
-from tests.analysis.test_tables import attempts
 from tests.support.design import write_prereg
+
+SCHEMA: dict[str, Any] = {"study": pl.String, "stage": pl.String, "system": pl.String, "arm": pl.String,
+                          "item": pl.String, "repeat": pl.Int64, "run_id": pl.String, "passed": pl.Boolean,
+                          "cost_usd": pl.Float64, "latency_s": pl.Float64, **{n: pl.Int64 for n in TOKEN_COLUMNS},
+                          "lane": pl.String}
+
+
+def attempts(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """A scored-attempts frame of stage `pilot`, arm `single`; unspecified columns get plain defaults."""
+    defaults: dict[str, Any] = {"study": "s", "stage": "pilot", "arm": "single", "repeat": 0, "run_id": "r1",
+                                "latency_s": 1.0, "lane": "a", **{n: 0 for n in TOKEN_COLUMNS}}
+    return pl.DataFrame([{**defaults, **row} for row in rows], schema=SCHEMA)
 
 
 def _design(tmp_path: Path, single_in_stage: bool = True):  # type: ignore[no-untyped-def]
