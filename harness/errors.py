@@ -210,6 +210,7 @@ class Code(StrEnum):
     ARM_WORKER_UNKNOWN = "arm_worker_unknown"
     ARM_WORKER_INVALID = "arm_worker_invalid"
     AGENT_TEMPLATE_SHELL_STRING = "agent_template_shell_string"
+    AGENT_TEMPLATE_SHELL_SYNTAX = "agent_template_shell_syntax"
     AGENT_TEMPLATE_EMPTY = "agent_template_empty"
     AGENT_TEMPLATE_PLACEHOLDER_UNKNOWN = "agent_template_placeholder_unknown"
     AGENT_TEMPLATE_INVALID = "agent_template_invalid"
@@ -249,6 +250,7 @@ class Code(StrEnum):
     SUITE_PACKAGE_SPEC_INVALID = "suite_package_spec_invalid"
     SUITE_PACKAGE_UNKNOWN = "suite_package_unknown"
     SUITE_ITEM_CHANGED = "suite_item_changed"
+    SUITE_SNAPSHOT_UNCLEAN = "suite_snapshot_unclean"
 
     # design: the study design is invalid
     DESIGN_INVALID = "design_invalid"

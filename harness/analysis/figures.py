@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["SVG_HASH_SALT", "forest_plot", "savings_figure", "savings_plot", "sensitivity_figure",
+__all__ = ["SVG_HASH_SALT", "forest_plot", "kind_figure", "kind_plot", "savings_figure", "savings_plot", "sensitivity_figure",
            "sensitivity_plot"]
 
 PathArg = str | os.PathLike[str]
@@ -291,3 +291,65 @@ def sensitivity_plot(sensitivity: pl.DataFrame, stem: PathArg) -> list[str]:
         Refusal: `file_unwritable` when the folder cannot be made or a file cannot be written.
     """
     return _save(sensitivity_figure(sensitivity), stem)
+
+
+_KIND_COLUMNS: Final = ("stage", "system", "arm", "feature", "value", "n", "pass_rate", "wilson_low", "wilson_high")
+
+
+def kind_figure(features: pl.DataFrame, *, feature: str = "mutation_kind") -> Figure:
+    """`kind_plot`'s figure, unsaved: one panel per stage, a group of bars per value of `feature`, one bar per
+    system (per system and arm when the stage runs several arms), each with its Wilson interval."""
+    _require(features, _KIND_COLUMNS, "a repo_features table")
+    rows = [r for r in features.iter_rows(named=True) if r["feature"] == feature] if features.height else []
+    stages = list(dict.fromkeys(r["stage"] for r in rows)) or [""]
+    fig: Figure
+    with _figure(9.0, 3.2 * len(stages) + 0.8) as fig:
+        for number, stage in enumerate(stages, start=1):
+            ax = fig.add_subplot(len(stages), 1, number)
+            mine = [r for r in rows if r["stage"] == stage]
+            ax.set_title(f"Pass rate by {feature.replace('_', ' ')}" + (f", stage {stage}" if stage else ""))
+            if not mine:
+                _empty(ax, f"no items with a {feature}")
+                continue
+            values = sorted(dict.fromkeys(r["value"] for r in mine))
+            several_arms = len({r["arm"] for r in mine}) > 1
+            bars = list(dict.fromkeys((r["system"], r["arm"]) for r in mine))
+            width = 0.8 / len(bars)
+            by = {(r["system"], r["arm"], r["value"]): r for r in mine}
+            for k, (system, arm) in enumerate(bars):
+                xs, ys, low, high = [], [], [], []
+                for i, value in enumerate(values):
+                    r = by.get((system, arm, value))
+                    if r is None:
+                        continue
+                    xs.append(i - 0.4 + width * (k + 0.5))
+                    ys.append(float(r["pass_rate"]))
+                    low.append(float(r["pass_rate"]) - float(r["wilson_low"]))
+                    high.append(float(r["wilson_high"]) - float(r["pass_rate"]))
+                label = f"{system} / {arm}" if several_arms else str(system)
+                ax.bar(xs, ys, width, yerr=[low, high], capsize=2, label=label, color=_COLORS[k % len(_COLORS)],
+                       error_kw={"elinewidth": 0.8, "ecolor": "0.3"})
+            counts = {v: max(int(r["n"]) for r in mine if r["value"] == v) for v in values}
+            ax.set_xticks(range(len(values)), [f"{v}\n(n={counts[v]})" for v in values])
+            ax.set_ylim(0.0, 1.05)
+            ax.set_ylabel("hidden-test pass rate")
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def kind_plot(features: pl.DataFrame, stem: PathArg, *, feature: str = "mutation_kind") -> list[str]:
+    """Pass rate by task feature (default the mutation kind) per system, with 95% Wilson intervals.
+
+    Args:
+        features: `RepoTables.features` (stage, system, arm, feature, value, n, pass_rate, wilson_low, wilson_high).
+        stem: the output path without suffix; `<stem>.png` and `<stem>.svg` are written.
+        feature: which feature's rows to draw.
+
+    Returns:
+        The two paths (PNG, SVG).
+
+    Raises:
+        ValueError: a frame with rows that lacks a column the figure draws.
+        Refusal: `file_unwritable` when the folder cannot be made or a file cannot be written.
+    """
+    return _save(kind_figure(features, feature=feature), stem)

@@ -39,6 +39,7 @@ __all__ = [
     "FrameTables",
     "analyze_frame",
     "frame_of",
+    "paired_row",
     "stage_order",
 ]
 
@@ -162,7 +163,9 @@ def _with_note(row: dict[str, Any], note: str | None) -> dict[str, Any]:
     return {**row, "note": note if not row.get("note") else f"{note}; {row['note']}"}
 
 
-def _paired_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict[str, Any]:
+def paired_row(cells: pl.DataFrame, c: Comparison, design: Design) -> dict[str, Any]:
+    """One paired comparison's row (`COMPARISON_SCHEMA`'s fields) of systems `c.a` and `c.b` in `cells` (one
+    stage and arm; columns system, item, repeat, passed), item-clustered as the design registers."""
     side_a, side_b = _side(cells, c.a, "x_a"), _side(cells, c.b, "x_b")
     pairs = side_a.join(side_b, on=list(_PAIR_KEYS), how="inner")
     n = pairs.height
@@ -254,7 +257,7 @@ def _comparisons(by_stage: dict[str, pl.DataFrame], design: Design, stage_ids: l
                 rows.append({**base, "note": why})
                 continue
             cells = by_stage[stage_id].filter(pl.col("arm") == c.arm)
-            compute = _paired_row if design.test == "paired_tost" else _independent_row
+            compute = paired_row if design.test == "paired_tost" else _independent_row
             gone = exhausted.filter((pl.col("stage") == stage_id) & (pl.col("arm") == c.arm))
             dropped, why = _dropped(gone, c.a, c.b, paired=design.test == "paired_tost")
             rows.append(_with_note({**base, **compute(cells, c, design), "dropped_exhausted": dropped}, why))

@@ -27,9 +27,18 @@ from harness.analysis.frame_tables import (
     frame_of,
     stage_order,
 )
+from harness.analysis.repo import (
+    FEATURE_COLUMNS,
+    FEATURES,
+    LATE_COLUMNS,
+    REQUEST_COLUMNS,
+    RepoTables,
+    repo_tables,
+)
 from harness.audit.report import Report, build_report
 from harness.audit.results import StudyResults, open_study
 from harness.errors import Code, LogRefusal, Refusal
+from harness.evals.suite import load_suite, suite_kind
 from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.fsutil import atomic_write
 from harness.evidence.jsonio import read_bytes, sha256_hex
@@ -125,10 +134,16 @@ class StudyAnalysis:
     statement: PreregStatement | None = None
     hypotheses: pl.DataFrame = dataclasses.field(default_factory=lambda: pl.DataFrame(schema=HYPOTHESES_SCHEMA))
     left_out: pl.DataFrame = dataclasses.field(default_factory=lambda: pl.DataFrame(schema=LEFT_OUT_SCHEMA))
+    repo: RepoTables | None = None
+    """The repository-task tables (`harness.analysis.repo`) when the suite's kind is `repo_task`, else None."""
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """name -> frame in display order: hypotheses, validation, amendments, left_out, q, comparisons,
-        breakeven, sensitivity, power, provenance."""
+        breakeven, sensitivity, power, provenance, then a repo_task study's repo_q, repo_paired, repo_breakeven
+        and repo_features."""
+        return {**self._tables(), **({} if self.repo is None else self.repo.tables())}
+
+    def _tables(self) -> dict[str, pl.DataFrame]:
         return {"hypotheses": self.hypotheses, "validation": self.validation, "amendments": self.amendments,
                 "left_out": self.left_out, "q": self.q,
                 "comparisons": self.comparisons, "breakeven": self.breakeven, "sensitivity": self.sensitivity,
@@ -279,7 +294,43 @@ def analyze_study(results: PathArg, *, prereg: PathArg | None = None, root: Path
         amendments=amendments_table(frozen, {s.stage: s.frozen_sha256 for s in found.stages}),
         statement=read_statement(found.prereg), hypotheses=hypotheses_table(design),
         left_out=left_out_table(reports, stage_ids),
+        repo=_repo(found, design, attempts, stage_ids),
     )
+
+
+def _read(folder: str, log: str, study: str, stage: str) -> list[dict[str, Any]]:
+    path = os.path.join(folder, f"{log}.jsonl")
+    return read_log(path, log_seed(study, stage, log)) if os.path.lexists(path) else []
+
+
+def _repo(found: StudyResults, design: Design, attempts: pl.DataFrame, stage_ids: Sequence[str]) -> RepoTables | None:
+    """The repository-task tables of a `repo_task` study (None for any other kind): late costs from each stage's
+    run log, requests from its attempts' work, features from the sealed suite (`load_suite`)."""
+    suite_dir = os.path.dirname(design.packet_path)
+    if not os.path.lexists(os.path.join(suite_dir, "SUITE.json")) or suite_kind(suite_dir) != "repo_task":
+        # a packet without a SUITE.json is a completion suite (`harness.run.kinds.kind_for`)
+        return None
+    suite = load_suite(suite_dir, design.packet_sha256)
+    late: list[dict[str, Any]] = []
+    requests: dict[tuple[str, str], int] = {}
+    for stage in found.stages:
+        if stage.stage not in stage_ids:
+            continue
+        for e in _read(stage.folder, "run", found.study, stage.stage):
+            if e.get("event") == "late_cost":
+                cost = e.get("cost_usd")
+                late.append({"stage": stage.stage, "run_id": e["run_id"],
+                             "cost_usd": None if cost == "unknown" or cost is None else float(cost)})
+        for a in _read(stage.folder, "attempts", found.study, stage.stage):
+            key = (stage.stage, str(a["run_id"]))
+            work = a.get("work")
+            requests[key] = requests.get(key, 0) + (int(work["exchanges"]) if isinstance(work, dict) else 0)
+    features = [{"item": it.item, **{f: None if it.metadata.get(f) is None else str(it.metadata[f]) for f in FEATURES}}
+                for it in suite.packet]
+    return repo_tables(attempts, design, late=frame_of(late, LATE_COLUMNS),
+                       requests=frame_of([{"stage": s, "run_id": r, "requests": n} for (s, r), n in requests.items()],
+                                         REQUEST_COLUMNS),
+                       features=frame_of(features, FEATURE_COLUMNS), stages=stage_ids)
 
 
 # --------------------------------------------------------------------------

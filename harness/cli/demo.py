@@ -182,6 +182,9 @@ def part_two(task_name: str, seed: int, tmp: Path) -> None:
             if r["lane_switch"]:
                 s = r["lane_switch"]
                 print(f"lane switch {s['from']} -> {s['to']}: {s['reason']}; evidence packet {s['evidence_file']}")
+            if r.get("targeted_repair"):
+                t = r["targeted_repair"]
+                print(f"targeted repair {t['repair']}: {t['reason']}; repair packet {t['evidence_file']}")
             print(
                 f"dispatch {r['dispatch_id']}: model {r['model']} (lane {r['lane']}), llm-edit exit {r['exit_code']} "
                 f"in {r['duration_s']:.2f}s;\nthe metering proxy recorded {_lines(r['wire_log'])} exchange(s) in "

@@ -63,36 +63,59 @@ def _second_signal(as_json: bool, who: Callable[[dict[str, Any]], str], *,
 def run(args: argparse.Namespace) -> Outcome:
     """`proctor run`: the same library call as notebooks/run_study.ipynb (`harness.run.runner.run_stage`),
     after its preflight (`harness.run.preflight.require_ready`: refused before any provider call)."""
-    from harness.cli.progress import ProgressDisplay
-    from harness.run.runner import run_stage
-
     if args.sandbox is not None:  # the runner's warm verifiers take their default from the environment
         from harness.workers.sandbox import SANDBOX_ENV, resolve_sandbox
 
         resolve_sandbox(args.sandbox)
         os.environ[SANDBOX_ENV] = args.sandbox
 
-    show = None if args.json else ProgressDisplay(sys.stderr)
+    verifiers = None
+    if not args.dry_run and not args.preflight and args.engine == "local":
+        import importlib
+        import threading
 
-    exit_now = _second_signal(args.json, lambda record: f"[{record['stage']}]",
-                              before=None if show is None else show.close)
+        from harness.evals.verify_pool import VerifierPool, pool_size
 
-    from harness.notebooks.stage import study_base_urls
-
-    base_urls = study_base_urls(args.prereg, args.base_url)
-    if not args.dry_run and not args.preflight:  # always, before the first provider call
-        from harness.run.preflight import require_ready
-
-        require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls))
+        # One pool for the preflight and the run. Its first worker is launched before anything else is
+        # read, so that its start (about 0.4 s in bwrap) overlaps this process's own imports and set-up;
+        # the preflight launches the rest of the stage's share and judges its trial check on one of them.
+        # (A repo_task suite checks on none: its one worker is stopped at the end, unused.)
+        verifiers = VerifierPool(pool_size(os.cpu_count() or 1))
+        verifiers.prestart(1)
+        # the transport (httpx, h11) is imported while the preflight waits for its verifier, not after
+        threading.Thread(target=importlib.import_module, args=("harness.providers.transport",),
+                         name="proctor-import-transport", daemon=True).start()
     try:
-        summary = run_stage(
-            args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
-            preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
-            engine=args.engine, address=args.address,
-        )
-    finally:  # always a final redraw, before the summary (or a refusal) is printed
-        if show is not None:
-            show.close()
+        from harness.cli.progress import ProgressDisplay
+        from harness.run.runner import run_stage
+
+        show = None if args.json else ProgressDisplay(sys.stderr)
+
+        exit_now = _second_signal(args.json, lambda record: f"[{record['stage']}]",
+                                  before=None if show is None else show.close)
+
+        base_urls = None
+        if args.base_url:  # the notebook's parameter, read the notebook's way (its module imported only then)
+            from harness.notebooks.stage import study_base_urls
+
+            base_urls = study_base_urls(args.prereg, args.base_url)
+        if not args.dry_run and not args.preflight:  # always, before the first provider call
+            from harness.run.preflight import require_ready
+
+            require_ready(run_stage(args.prereg, args.stage, args.results, preflight=True, base_urls=base_urls,
+                                    verifiers=verifiers))
+        try:
+            summary = run_stage(
+                args.prereg, args.stage, args.results, dry_run=args.dry_run, resume_paused=args.resume_paused,
+                preflight=args.preflight, base_urls=base_urls, progress=show, on_exit=exit_now,
+                engine=args.engine, address=args.address, verifiers=verifiers,
+            )
+        finally:  # always a final redraw, before the summary (or a refusal) is printed
+            if show is not None:
+                show.close()
+    finally:
+        if verifiers is not None:
+            verifiers.close()
     result = summary.to_json()
     if not args.json and not args.dry_run:
         result.pop("cells")

@@ -15,7 +15,7 @@ from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import tree_signature
 from harness.gate.task import load_task
 
-__all__ = ["build_tasks", "check_task_suite"]
+__all__ = ["build_tasks", "check_snapshot_clean", "check_task_suite"]
 
 SUITE_VERSION: Final = 1
 
@@ -99,10 +99,39 @@ def build_tasks(out: str | os.PathLike[str], *, tasks_dir: str | os.PathLike[str
     )
 
 
+_BARE: Final = ("HEAD", "objects", "refs")
+_UNSEALED: Final = ("__pycache__", ".pytest_cache")
+
+
+def check_snapshot_clean(snapshot: str, item: str) -> None:
+    """Refuse `suite_snapshot_unclean` for a snapshot that is not a plain sealed tree: a bare git
+    repository, a git repository (`.git`, a folder or a gitfile, at any depth: its history, config and
+    hooks would become the attempt's baseline, whether its tree is clean, dirty or has untracked files),
+    or content the tree signature leaves out (`__pycache__`, `.pytest_cache`, `*.pyc`: copied into every
+    workspace unsealed). The runner commits the baseline itself (docs/evals.md)."""
+
+    def unclean(what: str, path: str) -> EvalRefusal:
+        return EvalRefusal(Code.SUITE_SNAPSHOT_UNCLEAN, f"item {item!r}: the snapshot {what}", path, item=item)
+
+    if all(os.path.lexists(os.path.join(snapshot, name)) for name in _BARE):
+        raise unclean("is a bare git repository, not a tree of files", snapshot)
+    for here, dirs, files in os.walk(snapshot):
+        for name in sorted([*dirs, *files]):
+            path = os.path.join(here, name)
+            rel = os.path.relpath(path, snapshot)
+            if name == ".git":
+                raise unclean(f"holds a git repository ({rel}); give the plain tree: the runner makes the "
+                              "baseline commit itself", path)
+            if name in _UNSEALED or name.endswith(".pyc"):
+                raise unclean(f"holds {rel}, which the seal does not cover (caches are left out of the tree "
+                              "signature)", path)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(here, d))]
+
+
 def check_task_suite(suite_dir: str | os.PathLike[str]) -> int:
     """Check every item of a `repo_task` suite as the runner will use it; the number of items checked.
 
-    Refuses, naming the item: `suite_item_changed` (its snapshot folder is missing or not the packet's
+    Refuses, naming the item: `suite_snapshot_unclean` (`check_snapshot_clean`), `suite_item_changed` (its snapshot folder is missing or not the packet's
     `workspace_tree`, its task file is not the sealed `task_sha256`, or a hidden test is not the sealed
     sha256 or is missing), `hidden_input_inside_workspace` (a hidden test lies in the snapshot, where
     a worker would read it), and the suite's own refusals (`load_suite`). `prereg check` and `freeze`
@@ -125,6 +154,7 @@ def check_task_suite(suite_dir: str | os.PathLike[str]) -> int:
         snapshot = os.path.join(root, item.workspace)
         if not os.path.isdir(snapshot) or os.path.islink(snapshot):
             raise changed(item.item, "the snapshot folder is missing", snapshot)
+        check_snapshot_clean(snapshot, item.item)
         if tree_signature(snapshot).digest != item.metadata.get("workspace_tree"):
             raise changed(item.item, "the snapshot is not the tree the suite sealed (workspace_tree)", snapshot)
         task = load_task(os.path.join(root, record["task"]))
@@ -151,6 +181,7 @@ def _check_snapshot_item(suite: Suite, item: str) -> None:
     if not os.path.isdir(made.private_path(snap["tree"])):
         raise EvalRefusal(Code.SUITE_ITEM_CHANGED, f"item {item!r}: the snapshot tree is missing",
                           made.private_path(snap["tree"]), item=item)
+    check_snapshot_clean(made.private_path(snap["tree"]), item)
     for entry in [snap["visible"], *made.record.get("hidden", [])]:
         path = made.private_path(entry["from"])
         if not os.path.isfile(path) or ("sha256" in entry and sha256_hex(read_bytes(path)) != entry["sha256"]):

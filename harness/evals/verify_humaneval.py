@@ -204,6 +204,7 @@ class WarmVerifier:
         self._buf = bytearray()
         self._next_id = 0
         self._starts = 0
+        self._ready_by: float | None = None  # a launched worker's deadline for its ready line, until read
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -214,6 +215,11 @@ class WarmVerifier:
         return self._box
 
     def _start(self) -> subprocess.Popen[bytes]:
+        self._spawn()
+        return self._ready()
+
+    def _spawn(self) -> None:
+        """Launch the worker; its ready line is read by `_ready` (at the first check, or at once by `_start`)."""
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
@@ -242,7 +248,16 @@ class WarmVerifier:
             raise VerifierUnavailable(f"cannot start the verify worker: {exc}") from exc
         self._proc = proc
         self._buf = bytearray()
-        line = self._read_line(time.monotonic() + _START_TIMEOUT_S)
+        self._ready_by = time.monotonic() + _START_TIMEOUT_S
+
+    def _ready(self) -> subprocess.Popen[bytes]:
+        """The launched worker, once it said it is ready (by its start's deadline); else it is stopped."""
+        proc = self._proc
+        assert proc is not None
+        if self._ready_by is None:
+            return proc
+        line = self._read_line(self._ready_by)
+        self._ready_by = None
         try:
             info = json.loads(line) if line is not None else None
         except ValueError:
@@ -255,6 +270,7 @@ class WarmVerifier:
 
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
+        self._ready_by = None
         if proc is None:
             return
         with contextlib.suppress(OSError):
@@ -270,6 +286,15 @@ class WarmVerifier:
             os.killpg(proc.pid, signal.SIGKILL)  # a check child still running in the worker's session
         if proc.stdout is not None:
             proc.stdout.close()
+
+    def launch(self) -> None:
+        """Launch the worker now, unless it runs, without waiting for it: the first check waits until it
+        is ready. The worker is the calling thread's child (bwrap ends it with that thread: launch from
+        one that outlives the checks). Raises `VerifierUnavailable` when it cannot be launched."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._stop()
+                self._spawn()
 
     def close(self) -> None:
         """Stop the worker (it is started again by the next check)."""
@@ -320,6 +345,8 @@ class WarmVerifier:
         if proc is None:
             self._stop()
             proc = self._start()
+        elif self._ready_by is not None:  # launched ahead (`launch`): its ready line first
+            proc = self._ready()
         self._next_id += 1
         ident = self._next_id
         request = {"id": ident, "program": program, "timeout_s": timeout_s, "memory_bytes": self.memory_bytes}

@@ -26,7 +26,8 @@ class VerifierPool:
     """At most `size` warm verifiers, each lent to one checker at a time (`lease`).
 
     A verifier is made only when a lease finds none idle (so a run that checks
-    nothing starts none). A lent verifier whose worker died, or whose lease ended
+    nothing starts none), or ahead of the first checks by `prestart`, which
+    launches workers without waiting for them. A lent verifier whose worker died, or whose lease ended
     in `VerifierUnavailable`, is closed and dropped; the next lease makes a fresh
     one (`replaced` counts them). `close` stops every verifier and refuses later
     leases; it is idempotent.
@@ -56,7 +57,7 @@ class VerifierPool:
                 if self._closed:
                     raise VerifierUnavailable("the verifier pool is closed")
                 if self._idle:
-                    verifier = self._idle.pop()
+                    verifier = self._idle.pop(0)  # the longest idle: a launched one is likeliest ready
                     break
                 if len(self._lent) < self.size:
                     verifier = self.factory()
@@ -78,6 +79,27 @@ class VerifierPool:
             if broken:
                 with self._cond:
                     self.replaced += 1
+
+    def prestart(self, count: int | None = None) -> int:
+        """Launch verifiers' workers now until the pool holds `count` (at most, and by default, `size`),
+        idle at once and each ready by its first check, so that they start while the caller goes on; how
+        many it launched. Call it from a thread that outlives the checks (bwrap ends a worker with the thread that
+        launched it). A launch that fails is dropped: the lease that needs a verifier meets the failure."""
+        with self._cond:
+            held = len(self._idle) + len(self._lent)
+            launched = []
+            for _ in range(0 if self._closed else max(0, min(self.size, self.size if count is None else count) - held)):
+                verifier = self.factory()
+                try:
+                    verifier.launch()
+                except VerifierUnavailable:
+                    verifier.close()
+                    break
+                launched.append(verifier)
+            self._idle.extend(launched)
+            self.made += len(launched)
+            self._cond.notify_all()
+        return len(launched)
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[WarmVerifier]:
@@ -104,8 +126,13 @@ class VerifierPool:
             self._closed = True
             idle, self._idle = self._idle, []
             self._cond.notify_all()
-        for verifier in idle:
+        stopping = [threading.Thread(target=v.close, name="proctor-verifier-close") for v in idle[1:]]
+        for thread in stopping:  # each waits for its worker's exit: all at once, not one after another
+            thread.start()
+        for verifier in idle[:1]:
             verifier.close()
+        for thread in stopping:
+            thread.join()
 
     def __enter__(self) -> VerifierPool:
         return self

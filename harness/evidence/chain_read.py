@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain, compress, pairwise, repeat
+from itertools import chain, pairwise, repeat
 from types import ModuleType
 from typing import Any, Final
 
@@ -259,6 +259,20 @@ def check_link(obj: dict[str, Any], lineno: int, head: str | None, want_seed: st
 # Scanning a whole log
 
 
+class _Route:
+    """Which proof a scan tries first on a block: orjson's, until a block needed the standard library's.
+
+    Routing only: either proof alone decides correctly. A log whose floats need an exponent (which
+    orjson writes otherwise) fails orjson's proof; after the first such block, only blocks without
+    "e-" and "e+" try orjson first, so such a log does not pay for both proofs on every block.
+    """
+
+    __slots__ = ("std_seen",)
+
+    def __init__(self) -> None:
+        self.std_seen = False
+
+
 @dataclass
 class _Scan:
     path: str
@@ -268,6 +282,7 @@ class _Scan:
     intact_bytes: int = 0
     problem: ChainProblem | None = None
     records: list[dict[str, Any]] | None = field(default=None)
+    route: _Route = field(default_factory=_Route)
 
     def status(self) -> ChainStatus:
         if self.head is not None:
@@ -297,15 +312,17 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_FLOAT_OR_NESTED: Final = frozenset({float, dict, list})
+
+
 def _floats(objs: list[dict[str, Any]]) -> list[float]:
     """Every float inside `objs`, in any order."""
-    values = list(chain.from_iterable(map(dict.values, objs)))
-    types = list(map(type, values))
-    kinds = set(types)
-    if dict not in kinds and list not in kinds:
-        return list(compress(values, map(operator.is_, types, repeat(float)))) if float in kinds else []
+    found = [v for v in chain.from_iterable(map(dict.values, objs)) if type(v) in _FLOAT_OR_NESTED]
+    kinds = set(map(type, found))
+    if dict not in kinds and list not in kinds:  # flat records: the floats themselves
+        return found
     out: list[float] = []
-    stack: list[Any] = values
+    stack: list[Any] = found
     while stack:
         node = stack.pop()
         kind = type(node)
@@ -342,8 +359,12 @@ def _orjson_objects(body: bytes, count: int) -> list[dict[str, Any]] | None:
         if b"\n".join(map(orjson.dumps, objs, repeat(None), repeat(orjson.OPT_SORT_KEYS))) != body:
             return None
         floats = _floats(objs)
-        if floats and orjson.dumps(floats) != ("[" + ",".join(map(repr, floats)) + "]").encode("ascii"):
-            return None
+        if floats:
+            # Each distinct float once (records repeat scores and prices); a set keeps one of
+            # 0.0 and -0.0, so both are always checked.
+            distinct = [*set(floats), 0.0, -0.0]
+            if orjson.dumps(distinct) != ("[" + ",".join(map(repr, distinct)) + "]").encode("ascii"):
+                return None
     except (TypeError, ValueError):  # orjson.JSONEncodeError
         return None
     return objs
@@ -374,7 +395,9 @@ def _std_objects(block: bytes, count: int) -> list[dict[str, Any]] | None:
     return objs
 
 
-def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, int, str] | None:
+def _fast_lines(
+    block: bytes, keep: list[dict[str, Any]] | None, route: _Route | None = None
+) -> tuple[str, int, str] | None:
     """Check a block of whole lines after the first, linked among themselves; None when anything looks off.
 
     Returns (the first line's prev, the line count, the last line's sha256);
@@ -389,12 +412,19 @@ def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, i
         return None  # a line may nest deeper than MAX_DEPTH: let the strict reader decide
     objs = None
     # Records kept come from the standard parser, as always. A float Python writes
-    # with an exponent (e-05, e+16) is one orjson writes otherwise: such a block
-    # would fail orjson's proof, so it goes straight to the standard library's.
-    if keep is None and b"e-" not in block and b"e+" not in block and _orjson() is not None:
+    # with an exponent (e-05) may be one orjson writes otherwise (0.00001): such a
+    # block fails orjson's proof and goes to the standard library's; once one has,
+    # blocks holding "e-" or "e+" go straight there (`_Route`).
+    tried = False
+    if keep is None and _orjson() is not None and (
+        route is None or not route.std_seen or (b"e-" not in block and b"e+" not in block)
+    ):
+        tried = True
         objs = _orjson_objects(block[:-1], count)
     if objs is None:
         objs = _std_objects(block, count)
+        if objs is not None and tried and route is not None:
+            route.std_seen = True
     if objs is None:
         return None
     try:
@@ -415,11 +445,11 @@ def _fast_lines(block: bytes, keep: list[dict[str, Any]] | None) -> tuple[str, i
 
 
 def _fast_block(
-    block: bytes, head: str, keep: list[dict[str, Any]] | None
+    block: bytes, head: str, keep: list[dict[str, Any]] | None, route: _Route | None = None
 ) -> tuple[int, str] | None:
     """Verify a block of whole lines after the first, continuing `head`; None when anything looks off."""
     got: list[dict[str, Any]] | None = None if keep is None else []
-    found = _fast_lines(block, got)
+    found = _fast_lines(block, got, route)
     if found is None or found[0] != head:
         return None
     if keep is not None and got is not None:
@@ -461,7 +491,7 @@ def _scan_block(scan: _Scan, block: bytes) -> None:
         if scan.problem is not None or start == len(block):
             return
     assert scan.head is not None
-    fast = _fast_block(block[start:] if start else block, scan.head, scan.records)
+    fast = _fast_block(block[start:] if start else block, scan.head, scan.records, scan.route)
     if fast is None:
         _slow_lines(scan, block, start)
         return
@@ -583,8 +613,9 @@ def _verify_range(fd: int, start: int, end: int) -> tuple[str, int, str] | None:
     count = 0
     head = ""
     blocks = _Blocks(fd, start, end)
+    route = _Route()
     for block in blocks:
-        found = _fast_lines(block, None)
+        found = _fast_lines(block, None, route)
         if found is None or (count and found[0] != head):
             return None
         if not count:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +29,10 @@ from harness.evidence.jsonio import (
 )
 
 __all__ = ["GroupLog", "GroupWriter"]
+
+_IN_FLIGHT = 8
+"""Most fsyncs of one log left in flight at once (each started after its group's write, so each
+covers every group written before it); concurrent fsyncs overlap in the kernel and the disk."""
 
 
 @dataclass
@@ -213,8 +218,8 @@ class GroupWriter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._files = 0
-        self._syncer: ThreadPoolExecutor | None = None  # one fsync of a group's last log left in flight
-        self._inflight: tuple[int, Future[None]] | None = None
+        self._syncer: ThreadPoolExecutor | None = None  # fsyncs of a group's last log left in flight
+        self._inflight: deque[tuple[int, Future[None]]] = deque()  # oldest first, all of one log
         self.flushes = 0
         """Flushes done (each: one fsync per log with lines, per file and per folder of files)."""
 
@@ -338,9 +343,9 @@ class GroupWriter:
         try:
             self._loop()
         finally:
-            if self._inflight is not None:  # its own completion publishes it (or its failure)
+            for _, future in self._inflight:  # each one's own completion publishes it (or its failure)
                 with contextlib.suppress(Exception):
-                    self._inflight[1].result()
+                    future.result()
             if self._syncer is not None:
                 self._syncer.shutdown(wait=True)
 
@@ -374,10 +379,9 @@ class GroupWriter:
             self._durable = last
             self._cond.notify_all()
             done = [w for w in self._waiters if w[0] <= last]
-            self._waiters = [w for w in self._waiters if w[0] > last]
-        for _, loop, future in done:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
-                loop.call_soon_threadsafe(_settle_future, future, None)
+            if done:
+                self._waiters = [w for w in self._waiters if w[0] > last]
+        _wake(done, None)
 
     def _fail(self, error: Refusal) -> None:
         """A failed flush: every waiter past the durable tickets, and every later stage, is refused."""
@@ -392,9 +396,7 @@ class GroupWriter:
             self._cond.notify_all()
             self._work.notify()
             done, self._waiters = self._waiters, []
-        for _, loop, future in done:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle_future, future, self._refusal())
+        _wake(done, self._refusal)
 
     def _synced(self, log: GroupLog, last: int) -> None:
         """The deferred fsync of a group's last log (on the syncer thread)."""
@@ -405,15 +407,21 @@ class GroupWriter:
             raise
         self._publish(last)
 
+    def _settle_inflight(self, keep: int) -> None:
+        """Wait for the oldest fsyncs in flight until at most `keep` are (and drop those done)."""
+        while self._inflight and (len(self._inflight) > keep or self._inflight[0][1].done()):
+            _, future = self._inflight.popleft()
+            future.result()  # a failure was published by `_synced`: raised here, ends the writer
+
     def _flush(self, segment: _Segment) -> None:
-        """Write one group. Its last log's fsync may be left in flight (on the syncer thread) while the
-        next group writes that same log: a second fsync in flight, covering both."""
+        """Write one group. Its last log's fsync may be left in flight (on a syncer thread) while the
+        next groups write that same log: up to `_IN_FLIGHT` fsyncs in flight, each covering every
+        group written before it started. A group that writes files, or another log first, waits for
+        them all: its own publication must not overtake an fsync of another log."""
         order = sorted(segment.lines)
-        if self._inflight is not None:
-            index, future = self._inflight
-            if future.done() or segment.files or not order or order[0] != index:
-                self._inflight = None
-                future.result()  # a failure was published by `_synced`: raised here, ends the writer
+        if self._inflight and (segment.files or not order or order[0] != self._inflight[0][0]):
+            self._settle_inflight(0)
+        self._settle_inflight(_IN_FLIGHT)
         folders: list[str] = []
         try:
             while segment.files:
@@ -436,10 +444,11 @@ class GroupWriter:
         for n, index in enumerate(order):
             log = self._logs[index]
             log._write(segment.lines[index])
-            if n == len(order) - 1 and self._inflight is None:
+            if n == len(order) - 1 and (not self._inflight or self._inflight[0][0] == index):
+                self._settle_inflight(_IN_FLIGHT - 1)
                 if self._syncer is None:
-                    self._syncer = ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-fsync")
-                self._inflight = (index, self._syncer.submit(self._synced, log, segment.last))
+                    self._syncer = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix=f"{self._name}-fsync")
+                self._inflight.append((index, self._syncer.submit(self._synced, log, segment.last)))
                 return
             log._sync(self._fsync)
         self._publish(segment.last)
@@ -503,10 +512,22 @@ def _plain(value: Any, depth: int) -> bool:
     return True
 
 
-def _settle_future(future: asyncio.Future[None], error: Refusal | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+def _wake(done: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]],
+          error: Callable[[], Refusal] | None) -> None:
+    """Settle the waiters' futures: one wake-up per event loop (its self-pipe written once), not one per waiter."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for _, loop, future in done:
+        by_loop.setdefault(loop, []).append(future)
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
+            loop.call_soon_threadsafe(_settle_futures, futures, error)
+
+
+def _settle_futures(futures: list[asyncio.Future[None]], error: Callable[[], Refusal] | None) -> None:
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error())  # each waiter its own refusal

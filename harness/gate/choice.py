@@ -93,6 +93,7 @@ def provider_switch(
         model=choice.model.id,
         lane=lane,
         reason=f"provider failure in dispatch {last['dispatch_id']} ({last['why']}): same lane, another provider",
+        switch_class="provider_failure",
     )
 
 
@@ -140,5 +141,6 @@ def lane_switch(
         dispatch_id=dispatch_id,
         evidence_file=path,
         evidence_sha256=sha256_hex(data),
+        switch_class="stagnation",
     )
     return switch, render_evidence(packet, os.path.join(shown_dir, "evidence.json"))

@@ -18,18 +18,33 @@ from typing import Any
 from harness.errors import Code, GateRefusal, MeterRefusal, ProviderRefusal, Refusal, WorkerRefusal
 from harness.evidence.fsutil import atomic_write, cap_output, ensure_private_dir
 from harness.evidence.git import git_dir_snapshot, snapshot_changes
-from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
 from harness.evidence.tree import scan_tree, tree_signature
 from harness.evidence.tree_entry import TreeEntry, TreeSignature, diff_trees
-from harness.gate.choice import choose_model, lane_switch, next_lane, provider_switch
-from harness.gate.escalation import escalation_state, is_provider_failure
+from harness.gate.choice import (
+    AUTO_MODEL,
+    ModelChoice,
+    choose_model,
+    lane_switch,
+    next_lane,
+    provider_switch,
+)
+from harness.gate.decision import SwitchDecision, decide_next, dispatch_history
+from harness.gate.escalation import EscalationState, escalation_state, is_provider_failure
+from harness.gate.evidence import render_repair, repair_packet
 from harness.gate.lanes import choose_lane
 from harness.gate.metering import metering_proxy, socket_base_url, wire_end
 from harness.gate.state import NESTED_ENV, refuse_nested
 from harness.gate.task import Task
 from harness.gate.workspace import Gate, check_pin, gated, withheld_paths
 from harness.meter.allowance import Allowance
-from harness.records.journal import DispatchEnd, DispatchStart, LaneSwitch, StateTampered
+from harness.records.journal import (
+    DispatchEnd,
+    DispatchStart,
+    LaneSwitch,
+    StateTampered,
+    TargetedRepair,
+)
 from harness.workers.arm import ArmWorker
 from harness.workers.limits import resolve_limits
 from harness.workers.llm_edit import TESTS_ARGV_ENV
@@ -137,6 +152,42 @@ def _refuse_tampering(
     raise GateRefusal(Code.STATE_TAMPERED, "; ".join(reasons), paths[0], **details)
 
 
+def _choose(
+    model: str, lane: str, esc: EscalationState, switching: SwitchDecision, catalog_path: str | None, pricing_path: str | None
+) -> ModelChoice:
+    """The catalog model; a targeted repair under `--model auto` runs the repaired dispatch's model again."""
+    if model == AUTO_MODEL and switching.switch_class == "localized_defect" and switching.model:
+        named = choose_model(switching.model, lane, esc, catalog_path, pricing_path)
+        return ModelChoice(named.model, named.catalog, {"mode": "targeted_repair", "lane": lane,
+                                                        "model_lane": named.model.lane})  # fmt: skip
+    return choose_model(model, lane, esc, catalog_path, pricing_path)
+
+
+def _targeted_repair(
+    gate: Gate, switching: SwitchDecision, dispatch_id: str, folder: str, shown_dir: str, model: str | None
+) -> tuple[TargetedRepair, str]:
+    """The targeted-repair event (not yet journaled) and its packet as prompt text (harness.gate.evidence);
+    `model`: the catalog model that runs it (None: a `--command` worker)."""
+    packet = repair_packet(gate, switching, dispatch_id)
+    path = os.path.join(folder, "evidence.json")
+    data = canonical_bytes(packet)
+    atomic_write(path, data)
+    event = TargetedRepair(
+        dispatch_id=dispatch_id,
+        lane=switching.lane,
+        model=model,
+        reason=switching.reason,
+        receipt_id=switching.receipt_id,
+        fingerprint=switching.fingerprint,
+        failing_tests=switching.failing_tests,
+        tests_expected=switching.tests_expected,
+        repair=switching.targeted_repairs,
+        evidence_file=path,
+        evidence_sha256=sha256_hex(data),
+    )
+    return event, render_repair(packet, os.path.join(shown_dir, "evidence.json"))
+
+
 @dataclass(frozen=True)
 class DispatchResult(WorkerOutcome):
     """How one dispatch ended: its id, lane, model, the worker's exit, the tree it left, its sandbox."""
@@ -155,6 +206,8 @@ class DispatchResult(WorkerOutcome):
     budget_stop: bool = False
     """The metering proxy answered a request of this run with a budget stop: the attempt ends `budget_stop`."""
     worker: ArmWorker | None = None
+    targeted_repair: TargetedRepair | None = None
+    """A localized defect after broad success: this dispatch repairs it (docs/models.md, `harness/gate/decision.py`)."""
 
     def to_json(self) -> dict[str, Any]:
         return self.outcome_json({
@@ -170,6 +223,7 @@ class DispatchResult(WorkerOutcome):
             "sandbox": self.sandbox,
             "budget_stop": self.budget_stop,
             "worker": None if self.worker is None else self.worker.to_json(),
+            "targeted_repair": None if self.targeted_repair is None else self.targeted_repair.fields(),
         })
 
 
@@ -233,17 +287,25 @@ def dispatch(
             preflight = check_preflight(gate.task, time.time())
         esc = escalation_state(gate.pin["lane"]["lane"], gate.events)
         lane = next_lane(gate, esc)
-        choice = None if model is None else choose_model(model, lane, esc, catalog_path, pricing_path)
+        switching = decide_next(gate.pin["lane"]["lane"], dispatch_history(gate.events), budget.max_stagnant)
+        repairing = switching.switch_class == "localized_defect"
+        choice = None if model is None else _choose(model, lane, esc, switching, catalog_path, pricing_path)
         seq = len(started) + 1
         dispatch_id = f"d{seq:03d}-{secrets.token_hex(4)}"
         folder = ensure_private_dir(gate.state.path("dispatches", dispatch_id))
         sandboxed = box.kind == "bwrap"
         seen = IN_SANDBOX if sandboxed else folder  # where the worker finds what it is given
         switch = lane_switch(gate, esc, dispatch_id, folder, seen)
+        repair = (
+            _targeted_repair(gate, switching, dispatch_id, folder, seen, None if choice is None else choice.model.id)
+            if repairing and not switch else None
+        )
         prompt_file = os.path.join(folder, "prompt.md")
         prompt = (gate.task.prompt if prompt_text is None else prompt_text).encode("utf-8")
         if switch:
             prompt += switch[1].encode("utf-8")
+        if repair:
+            prompt += repair[1].encode("utf-8")
         atomic_write(prompt_file, prompt)
         beats = ensure_private_dir(os.path.join(folder, "heartbeat"))
         heartbeat = os.path.join(beats, "heartbeat.json")
@@ -252,9 +314,10 @@ def dispatch(
             gate, dispatch_id, os.path.join(seen, "prompt.md"), os.path.join(seen, "heartbeat", "heartbeat.json")
         )
         placed = [(prompt_file, os.path.join(IN_SANDBOX, "prompt.md"))]
-        if switch:
+        evidence_file = switch[0].evidence_file if switch else repair[0].evidence_file if repair else None
+        if evidence_file:
             given["PROCTOR_EVIDENCE_FILE"] = os.path.join(seen, "evidence.json")
-            placed.append((switch[0].evidence_file, os.path.join(IN_SANDBOX, "evidence.json")))
+            placed.append((evidence_file, os.path.join(IN_SANDBOX, "evidence.json")))
         network = "none"
         if choice is not None:
             assert choice.model.worker is not None
@@ -323,6 +386,8 @@ def dispatch(
             wrapped = box.wrap(argv, view, env, resolve_limits())
             if switch:
                 gate.record(switch[0])
+            if repair:
+                gate.record(repair[0])
             changed_provider = provider_switch(esc, started, lane, choice, dispatch_id)
             if changed_provider:
                 gate.record(changed_provider)
@@ -337,7 +402,7 @@ def dispatch(
                     heartbeat=heartbeat,
                     timeout_s=deadline_s,
                     preflight=tuple(preflight),
-                    evidence_file=switch[0].evidence_file if switch else None,
+                    evidence_file=evidence_file,
                     sandbox=wrapped.record,
                     model=model_fields or None,
                 )
@@ -400,6 +465,7 @@ def dispatch(
         seq=seq,
         lane=lane,
         lane_switch=switch[0] if switch else None,
+        targeted_repair=repair[0] if repair else None,
         model=model_fields.get("model"),
         wire_log=model_fields.get("wire_log"),
         provider_failure=is_provider_failure(end),

@@ -17,14 +17,26 @@ from harness.evidence.jsonio import read_bytes
 from harness.evidence.tree import scan_tree
 from harness.evidence.tree_entry import diff_trees, display_path
 from harness.gate.baseline import baseline_entries
+from harness.gate.decision import SwitchDecision
 from harness.gate.escalation import EscalationState
 from harness.gate.receipts import load_receipt
 from harness.gate.workspace import Gate
 from harness.records.receipt import Receipt
 
-__all__ = ["DIFF_LIMIT", "EVIDENCE_SCHEMA", "OUTPUT_LIMIT", "evidence_packet", "render_evidence"]
+__all__ = [
+    "DIFF_LIMIT",
+    "EVIDENCE_SCHEMA",
+    "OUTPUT_LIMIT",
+    "REPAIR_SCHEMA",
+    "evidence_packet",
+    "failure_sections",
+    "render_evidence",
+    "render_repair",
+    "repair_packet",
+]
 
 EVIDENCE_SCHEMA: Final = "proctor-evidence.v1"
+REPAIR_SCHEMA: Final = "proctor-repair.v1"
 OUTPUT_LIMIT: Final = 20_000
 """Bytes of the last verified test output in a packet (its head and its tail when longer)."""
 DIFF_LIMIT: Final = 100_000
@@ -257,4 +269,80 @@ def render_evidence(packet: Mapping[str, Any], path: str) -> str:
         *[f"- {f['receipt_id']} (dispatch {f['dispatch_seq']}): {f['fingerprint']}" for f in packet["fingerprints"]],
         "",
     ]
+    return "\n".join(lines)
+
+
+_SECTION: Final = re.compile(r"^_{3,} (.+?) _{3,}$")
+
+
+def failure_sections(output: str) -> dict[str, str]:
+    """pytest's failure sections (`____ test_x ____` up to the next header or `===` line), by title."""
+    sections: dict[str, list[str]] = {}
+    title: str | None = None
+    for line in output.split("\n"):
+        head = _SECTION.match(line.strip())
+        if head:
+            title = head.group(1).strip()
+            sections[title] = [line]
+        elif line.startswith("==="):
+            title = None
+        elif title is not None:
+            sections[title].append(line)
+    return {k: "\n".join(v) for k, v in sections.items()}
+
+
+def _section_title(test_id: str) -> str:
+    """pytest's section title for an id: `Class.name` for a method, else the function's name."""
+    return ".".join(test_id.split("::")[1:]) or test_id
+
+
+def repair_packet(gate: Gate, decision: SwitchDecision, dispatch_id: str) -> dict[str, Any]:
+    """What the worker of a targeted repair is given: only the failing tests' evidence (docs/models.md)."""
+    hidden = _hidden_texts(gate)
+    hidden_files = {shown for shown, _ in hidden}
+    assert decision.receipt_id is not None
+    shown = _verified_output(gate, decision.receipt_id, hidden)
+    sections = failure_sections(shown["text"] or "")
+    tests = []
+    for test in decision.failing_tests:
+        is_hidden = test.split("::", 1)[0] in hidden_files
+        text = None if is_hidden else sections.get(_section_title(test))
+        tests.append({"id": test, "hidden": is_hidden, "failure": text,
+                      "note": "a hidden test: its name only" if is_hidden
+                      else None if text is not None else "no failure section for it in the output shown"})  # fmt: skip
+    return {
+        "schema": REPAIR_SCHEMA,
+        "task_id": gate.task.task_id,
+        "dispatch_id": dispatch_id,
+        "switch_class": decision.switch_class,
+        "reason": decision.reason,
+        "lane": decision.lane,
+        "model": decision.model,
+        "receipt_id": decision.receipt_id,
+        "receipt_sha256": shown["receipt_sha256"],
+        "output": shown.get("output"),
+        "tests_expected": decision.tests_expected,
+        "failing_tests": tests,
+        "repair": decision.targeted_repairs,
+        "not_included": "the passing tests, the whole output, the diff, earlier fingerprints and the failed "
+        "workers' own transcripts",
+    }
+
+
+def render_repair(packet: Mapping[str, Any], path: str) -> str:
+    """The targeted-repair packet as a prompt section (appended to the prompt file)."""
+    n = len(packet["failing_tests"])
+    lines = [
+        "",
+        "---",
+        "## Targeted repair (written by the proctor)",
+        "",
+        f"Your last change made most tests pass: {packet['tests_expected'] - n} of {packet['tests_expected']}. "
+        f"{n} still fail{'s' if n == 1 else ''}; fix only that, keep the rest.",
+        f"The same evidence as JSON: {path} (also named by $PROCTOR_EVIDENCE_FILE).",
+        "",
+    ]
+    for test in packet["failing_tests"]:
+        lines += [f"### {test['id']}" + (" (hidden: name only)" if test["hidden"] else ""), ""]
+        lines.append(_fenced(test["failure"]) if test["failure"] else f"({test['note']})\n")
     return "\n".join(lines)

@@ -98,6 +98,15 @@ def verifier_sources(gate: Gate) -> list[tuple[str, bytes, bool]]:
     return out
 
 
+def _per_test(results: TestResults | None) -> dict[str, Any]:
+    """The verify event's per-test fields (the switch decision's evidence, harness.gate.decision): only
+    from a report that ended untampered."""
+    if results is None or not results.ended or results.tampered:
+        return {}
+    failing = (*results.not_passed, *(t for t in results.failed if t not in results.not_passed))
+    return {"tests_expected": len(results.expected), "tests_failing": failing}
+
+
 def _run_verifier(
     gate: Gate, box: Sandbox, copy: str, output: str, report_dir: str | None
 ) -> tuple[ProcessResult, Wrapped, bytes | None]:
@@ -313,6 +322,7 @@ def verify(workspace: str, task_path: str, state_dir: str | None = None, *, sand
                 dispatch_seq=receipt.dispatch_seq,
                 fingerprint=failure_print,
                 sandbox=wrapped.record["kind"],
+                **_per_test(results),
             )
         )
     return VerifyResult(

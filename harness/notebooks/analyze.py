@@ -25,6 +25,7 @@ from harness.run.anchors import output_manifest_name
 if TYPE_CHECKING:
     import polars as pl
 
+    from harness.analysis.study import StudyAnalysis
     from harness.prereg.statement import PreregStatement
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "figure",
     "frame_table",
     "outputs_table",
+    "repo_outputs",
     "statement",
     "verdict_lines",
 ]
@@ -211,6 +213,43 @@ def statement(found: PreregStatement | None) -> Statement:
         parts.append(_demoted(text) if text else f"*{NOT_STATED} in PREREG.md* (no section headed "
                                                  f"'{name.split()[-1]}')")
     return Statement("\n\n".join(parts))
+
+
+def repo_outputs(analysis: StudyAnalysis, paths: AnalysisPaths) -> tuple[list[Any], list[str]]:
+    """What the notebook shows for a `repo_task` study (`StudyAnalysis.repo`), in order, and the figure files
+    it wrote: nothing for any other kind, so a completion study's notebook is as before (docs/analysis.md)."""
+    from harness.analysis import figures
+
+    repo = analysis.repo
+    if repo is None:
+        return [], []
+    level = f"{100 * (1 - analysis.alpha):g}%"
+    kinds = figures.kind_plot(repo.features, paths.figure("pass_by_kind"))
+    shown: list[Any] = [
+        Statement("## Repository tasks\n\nEach attempt is one run of the gated path; its cost is every model "
+                  "request the worker made, plus any late cost logged after it was abandoned."),
+        frame_table(f"Cost per hidden-test pass and q per system and arm ({level} Wilson interval)", repo.q,
+                    columns=["stage", "system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high",
+                             "requests", "requests_per_attempt", "late_costs", "late_cost_usd", "cost_usd",
+                             "cost_per_attempt_usd", "cost_per_pass_usd"],
+                    note="cost_usd: every request of every attempt of the cell, late costs included; every column "
+                         "in tables/repo_q.csv"),
+        frame_table("Paired on the same (item, repeat): systems on each arm, arms on each system", repo.paired,
+                    columns=["stage", "between", "a", "b", "arm", "system", "n", "b10", "b01", "p_a", "p_b",
+                             "diff", "ci_low", "ci_high", "mcnemar_p", "cost_diff_usd", "verdict", "note"],
+                    note=f"ci: Tango's score {100 * (1 - 2 * analysis.alpha):g}% interval; verdict only for a "
+                         "registered comparison (the others are exploratory)"),
+        frame_table("Break-even of cheap-first routing with the gate's cost v (measured, or assumed: v_source)",
+                    repo.breakeven,
+                    columns=["stage", "arm", "cheap", "strong", "n_pairs", "q", "b", "v", "v_source", "s",
+                             "break_even_q", "predicted_savings", "strong_pass_rate", "composed_pass_rate",
+                             "cost_ratio", "note"],
+                    note="savings = q - (b + v) / s; every column in tables/repo_breakeven.csv"),
+        figure(kinds),
+        frame_table("Pass rate by task feature (mutation kind, library, module), per system and arm",
+                    repo.features, note=f"{level} Wilson intervals; tables/repo_features.csv"),
+    ]
+    return shown, kinds
 
 
 # --------------------------------------------------------------------------

@@ -61,8 +61,11 @@ def _differences(stored: list[bytes], fresh: list[bytes]) -> list[str]:
     old, new = _object(stored[0]) if stored else None, _object(fresh[0]) if fresh else None
     if old is None or new is None:
         return ["the plan's header does not read"]
+    # A plan written before the header recorded the arms' workers has no "arms": they are the design's,
+    # whose sha256 the header pins, so the same design means the same workers (docs/prereg.md).
+    older = "arms" not in old and old.get("design_sha256") == new.get("design_sha256")
     out = [_WHAT.get(k, k) for k in sorted(set(old) | set(new))
-           if k not in AMENDABLE_HEADER and old.get(k) != new.get(k)]
+           if k not in AMENDABLE_HEADER and old.get(k) != new.get(k) and not (k == "arms" and older)]
     cells_old, cells_new = stored[1:], fresh[1:]
     if len(cells_old) != len(cells_new):
         out.append(f"{len(cells_new)} requests where it ran {len(cells_old)}")

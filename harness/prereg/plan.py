@@ -45,6 +45,7 @@ __all__ = [
     "Plan",
     "PlanCell",
     "apply_template",
+    "arm_workers",
     "build_plan",
     "plan_study",
     "run_id",
@@ -106,14 +107,18 @@ class Plan:
     amendments: tuple[Any, ...]
     draw: tuple[str, ...]
     cells: tuple[PlanCell, ...]
+    arms: tuple[dict[str, Any], ...] = ()
+    """Each arm's worker (`arm_workers`): recorded in the header when any arm names one, else left out."""
 
     def header(self) -> dict[str, Any]:
+        more: dict[str, Any] = {"frozen_sha256": self.frozen_sha256, "systems_sha256": self.systems_sha256,
+                                "packet_sha256": self.packet_sha256, "catalog_sha256": self.catalog_sha256,
+                                "amendments": list(self.amendments), "draw": list(self.draw)}
+        if self.arms:
+            more["arms"] = [dict(a) for a in self.arms]
         return PlanHeader(
             study=self.study, scope=self.scope, seed=self.seed, design_sha256=self.design_sha256,
-            requests=len(self.cells),
-            more={"frozen_sha256": self.frozen_sha256, "systems_sha256": self.systems_sha256,
-                  "packet_sha256": self.packet_sha256, "catalog_sha256": self.catalog_sha256,
-                  "amendments": list(self.amendments), "draw": list(self.draw)},
+            requests=len(self.cells), more=more,
         ).to_json()
 
     def to_bytes(self) -> bytes:
@@ -211,6 +216,14 @@ class _Bodies:
         return self.cache[key]
 
 
+def arm_workers(design: Design) -> tuple[dict[str, Any], ...]:
+    """The plan header's `arms`: every arm's id and worker (null: the system's catalog worker), in design
+    order; empty when no arm names a worker, so a plan without arm workers keeps its bytes (docs/prereg.md)."""
+    if all(a.worker is None for a in design.arms):
+        return ()
+    return tuple({"id": a.id, "worker": None if a.worker is None else a.worker.to_json()} for a in design.arms)
+
+
 def build_plan(
     design: Design,
     packet: Packet,
@@ -269,7 +282,7 @@ def build_plan(
     return Plan(
         study=study, scope=scope, seed=seed, design_sha256=design.sha256, frozen_sha256=frozen_sha256,
         systems_sha256=systems_sha256, packet_sha256=packet.sha256, catalog_sha256=catalog.sha256,
-        amendments=tuple(amendments), draw=tuple(drawn), cells=tuple(cells),
+        amendments=tuple(amendments), draw=tuple(drawn), cells=tuple(cells), arms=arm_workers(design),
     )
 
 

@@ -31,6 +31,9 @@ __all__ = [
     "ALIASES",
     "CONTINUATION_TEMPLATE",
     "DEFAULT_ALIAS",
+    "EDIT_ALIAS",
+    "EDIT_FLAGS",
+    "EDIT_TEMPLATE",
     "KQ8_ALIAS",
     "MODEL_CACHE_ENV",
     "MODEL_FLAGS",
@@ -56,13 +59,16 @@ STATE_NAME: Final = "server.json"
 LOG_NAME: Final = "server.log"
 CONFIG_NAME: Final = "server-config.json"
 TEMPLATE_NAME: Final = "continuation-template.json"
+EDIT_TEMPLATE_NAME: Final = "edit-template.json"
 HOST: Final = "127.0.0.1"
 
 DEFAULT_ALIAS: Final = "gemma-3-270m-q4km"
 """Keys and values cached in f16; also what a request naming no served alias gets."""
 KQ8_ALIAS: Final = "gemma-3-270m-q4km-kq8"
 """The same model with the key cache in q8_0."""
-ALIASES: Final = (DEFAULT_ALIAS, KQ8_ALIAS)
+EDIT_ALIAS: Final = "gemma-3-270m-q4km-edit"
+"""The same model for whole-file edits (llm-edit): a longer context and no code stop strings."""
+ALIASES: Final = (DEFAULT_ALIAS, KQ8_ALIAS, EDIT_ALIAS)
 _GGML_TYPE_Q8_0: Final = 8
 
 CONTINUATION_TEMPLATE: Final = {
@@ -77,6 +83,13 @@ llama-cpp-python stops generation at the config's `eos_token` and
 the real `<bos>` itself (tokenized as the special token).
 """
 
+EDIT_TEMPLATE: Final = {
+    "chat_template": "<bos>{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    "bos_token": "<bos>",
+    "eos_token": "<eos>",
+}
+"""The edit alias's config: the same plain continuation, its stop strings the model's own special tokens
+(never in the detokenized text), so an answer of whole files ends at the model's end token or the context."""
 MODEL_FLAGS: Final[Mapping[str, Any]] = {
     "n_gpu_layers": 0,
     "n_threads": 2,
@@ -90,6 +103,8 @@ MODEL_FLAGS: Final[Mapping[str, Any]] = {
     "verbose": False,
 }
 """Every alias's llama.cpp settings (the module docstring says why each)."""
+EDIT_FLAGS: Final[Mapping[str, Any]] = {"n_ctx": 8192}
+"""What the edit alias changes of `MODEL_FLAGS` (the module docstring says why)."""
 SERVER_FLAGS: Final[Mapping[str, Any]] = {"interrupt_requests": False}
 
 _REQUIRED_MODULES: Final = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings",
@@ -143,8 +158,8 @@ def assemble_model(cache: str | os.PathLike[str] | None = None) -> tuple[str, st
     return os.fspath(path), str(model_package.EXPECTED_SHA256)
 
 
-def server_config(model_path: str, port: int, template_path: str) -> dict[str, Any]:
-    """The llama-cpp-python config file (`--config_file`): both aliases over one model file."""
+def server_config(model_path: str, port: int, template_path: str, edit_template_path: str) -> dict[str, Any]:
+    """The llama-cpp-python config file (`--config_file`): the three aliases over one model file."""
     base = {"model": model_path, "hf_tokenizer_config_path": template_path, **MODEL_FLAGS}
     return {
         "host": HOST,
@@ -153,6 +168,7 @@ def server_config(model_path: str, port: int, template_path: str) -> dict[str, A
         "models": [
             {**base, "model_alias": DEFAULT_ALIAS},
             {**base, "model_alias": KQ8_ALIAS, "type_k": _GGML_TYPE_Q8_0},
+            {**base, "model_alias": EDIT_ALIAS, "hf_tokenizer_config_path": edit_template_path, **EDIT_FLAGS},
         ],
     }
 
@@ -300,7 +316,9 @@ def serve(
     bound = _check_port(port)
     template_path = os.path.join(folder, TEMPLATE_NAME)
     atomic_write(template_path, canonical_bytes(CONTINUATION_TEMPLATE), mode=0o644)
-    config = server_config(model_path, bound, template_path)
+    edit_template_path = os.path.join(folder, EDIT_TEMPLATE_NAME)
+    atomic_write(edit_template_path, canonical_bytes(EDIT_TEMPLATE), mode=0o644)
+    config = server_config(model_path, bound, template_path, edit_template_path)
     config_path = os.path.join(folder, CONFIG_NAME)
     atomic_write(config_path, canonical_bytes(config), mode=0o644)
     log_path = os.path.join(folder, LOG_NAME)
@@ -337,7 +355,8 @@ def serve(
         "model": {"path": model_path, "sha256": model_sha256, "name": os.path.basename(model_path)},
         "aliases": list(ALIASES),
         "flags": {"model": dict(MODEL_FLAGS), "server": dict(SERVER_FLAGS),
-                  "aliases": {DEFAULT_ALIAS: {}, KQ8_ALIAS: {"type_k": "q8_0"}},
+                  "aliases": {DEFAULT_ALIAS: {}, KQ8_ALIAS: {"type_k": "q8_0"},
+                              EDIT_ALIAS: {**EDIT_FLAGS, "template": dict(EDIT_TEMPLATE)}},
                   "template": dict(CONTINUATION_TEMPLATE)},
         "llama_cpp_python": importlib.metadata.version("llama-cpp-python"),
         "argv": argv,

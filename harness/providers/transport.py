@@ -12,7 +12,7 @@ import select
 import ssl
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from types import TracebackType
 from typing import Any, Final
 
@@ -136,8 +136,8 @@ class _AsyncConnection:
     """One HTTP/1.1 connection on asyncio streams, spoken through h11 with httpcore's
     exception mapping; any failure closes it, a later request opens a new one."""
 
-    def __init__(self, tls: ssl.SSLContext) -> None:
-        self._tls = tls
+    def __init__(self, tls: Callable[[], ssl.SSLContext]) -> None:
+        self._tls = tls  # asked for only by an https connection (loading the certificate store: ~25 ms of CPU)
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._h11 = h11.Connection(h11.CLIENT)
         self._origin: tuple[bytes, bytes, int | None] = (b"", b"", None)
@@ -179,7 +179,7 @@ class _AsyncConnection:
             self._streams = streams
             if url.scheme == "https":
                 async with asyncio.timeout(timeout):
-                    await streams[1].start_tls(self._tls, server_hostname=host)
+                    await streams[1].start_tls(self._tls(), server_hostname=host)
         self._origin, self._h11 = origin, h11.Connection(h11.CLIENT, max_incomplete_event_size=100 * 1024)
         return streams
 
@@ -245,7 +245,7 @@ class _AsyncPool:
         self._idle: list[_AsyncConnection] = []  # a stack
         self._all: list[_AsyncConnection] = []
 
-    async def take(self, timeout: float, tls: ssl.SSLContext) -> _AsyncConnection:
+    async def take(self, timeout: float, tls: Callable[[], ssl.SSLContext]) -> _AsyncConnection:
         try:
             async with asyncio.timeout(timeout):
                 await self._permits.acquire()
@@ -357,7 +357,7 @@ class Transport:
         check_credential(credential)
         if self._apool is None or self._apool.loop is not asyncio.get_running_loop():  # bound to its loop
             self._apool = _AsyncPool(self.max_connections)
-        pool, tls = self._apool, self._tls()
+        pool, tls = self._apool, self._tls
         status_seen: int | None = None
         clock = _Clock()
         try:

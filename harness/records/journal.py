@@ -27,6 +27,7 @@ __all__ = [
     "RefusedEvent",
     "StateTampered",
     "TamperEvent",
+    "TargetedRepair",
     "VerifyEvent",
     "event_from_json",
 ]
@@ -120,6 +121,7 @@ class DispatchEnd(JournalEvent):
 @dataclass(frozen=True)
 class LaneSwitch(JournalEvent):
     KIND: ClassVar[str] = "lane_switch"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"switch_class"})
     from_lane: Annotated[str, Key("from")]
     to_lane: Annotated[str, Key("to")]
     reason: str
@@ -129,17 +131,42 @@ class LaneSwitch(JournalEvent):
     dispatch_id: str
     evidence_file: str
     evidence_sha256: str
+    switch_class: str | None = None
+    """The switch decision's class, "stagnation" (docs/models.md, `harness/gate/decision.py`); absent on older lines."""
 
 
 @dataclass(frozen=True)
 class ProviderSwitch(JournalEvent):
     KIND: ClassVar[str] = "provider_switch"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"switch_class"})
     dispatch_id: str
     from_provider: str | None
     to_provider: str | None
     model: str
     lane: str
     reason: str
+    switch_class: str | None = None
+    """"provider_failure" (docs/models.md); absent on older lines."""
+
+
+@dataclass(frozen=True)
+class TargetedRepair(JournalEvent):
+    """A localized defect after broad success: the next dispatch repairs it in the same lane and model."""
+
+    KIND: ClassVar[str] = "targeted_repair"
+    dispatch_id: str
+    lane: str
+    model: str | None
+    reason: str
+    receipt_id: str | None
+    fingerprint: str | None
+    failing_tests: tuple[str, ...]
+    tests_expected: int | None
+    repair: int
+    """Targeted repairs since the last lane switch, this one included (at most `MAX_TARGETED_REPAIRS`)."""
+    evidence_file: str
+    evidence_sha256: str
+    switch_class: str = "localized_defect"
 
 
 @dataclass(frozen=True)
@@ -171,6 +198,7 @@ class PurgeEvent(JournalEvent):
 class VerifyEvent(JournalEvent):
     KIND: ClassVar[str] = "verify"
     LEGACY: ClassVar[frozenset[str]] = frozenset({"fingerprint", "sandbox"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"tests_expected", "tests_failing"})
     receipt_id: str
     receipt_sha256: str
     passed: bool
@@ -179,6 +207,10 @@ class VerifyEvent(JournalEvent):
     dispatch_seq: int
     fingerprint: str | None
     sandbox: str | None
+    tests_expected: int | None = None
+    """The per-test report's expected test count; None without a complete, untampered report."""
+    tests_failing: tuple[str, ...] | None = None
+    """The expected ids that did not pass and any test that failed (with `tests_expected`)."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +255,7 @@ class RefusedEvent(JournalEvent):
 
 EVENT_TYPES: Final[dict[str, type[JournalEvent]]] = {
     cls.KIND: cls
-    for cls in (InitEvent, DispatchStart, DispatchEnd, LaneSwitch, ProviderSwitch, StateTampered, TamperEvent,
+    for cls in (InitEvent, DispatchStart, DispatchEnd, LaneSwitch, ProviderSwitch, TargetedRepair, StateTampered, TamperEvent,
                 PurgeEvent, VerifyEvent, OverrideEvent, AcceptEvent, AckEvent, RecordEvent, RefusedEvent)
 }  # fmt: skip
 

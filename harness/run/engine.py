@@ -111,6 +111,7 @@ class EngineCore:
         self.stops: list[dict[str, Any]] = []
         self.abandoned: set[asyncio.Task[Exchange]] = set()
         self.ceiling_event: asyncio.Event | None = None
+        self.ceiling_crossed: asyncio.Future[Any] | None = None  # one waiter on the event for every attempt
         self.pool: VerifierPool | None = None  # the run's warm verifiers, made at the first check
         self.verify_slots: asyncio.Semaphore | None = None
         suite_dir = os.path.dirname(d.packet_path)

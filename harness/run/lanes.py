@@ -134,14 +134,14 @@ class Lanes(Finals):
         await self.writer.settle()  # the decision and the intent durable before acting on them
         if not admitted:
             return None
-        assert self.transport is not None and self.ceiling_event is not None
+        assert self.transport is not None and self.ceiling_event is not None and self.ceiling_crossed is not None
         key = (r.run_id, rerun, number)
         send = asyncio.ensure_future(self.transport.asend(request, credential) if self.remote is None
                                      else self._remote_send(key, request, credential))
-        ceiling = asyncio.ensure_future(self.ceiling_event.wait())
-        done, _ = await asyncio.wait({send, ceiling}, timeout=self.rules.attempt_deadline_s,
+        # the run's one waiter on the ceiling (not a task per attempt); `wait` leaves it running
+        waiting: set[asyncio.Future[Any]] = {send, self.ceiling_crossed}
+        done, _ = await asyncio.wait(waiting, timeout=self.rules.attempt_deadline_s,
                                      return_when=asyncio.FIRST_COMPLETED)
-        ceiling.cancel()
         if send in done and self.remote is not None and isinstance(send.exception(), NodeLost):
             return await self._node_lost(r, lane, rerun, number, float(intent["at"]), str(send.exception()))
         if send in done:

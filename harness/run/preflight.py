@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import Code, Refusal
 
 if TYPE_CHECKING:
+    from harness.evals.verify_pool import VerifierPool
+    from harness.run.kinds import SuiteKind
     from harness.run.summary import RunSummary
 
 __all__ = ["BLOCKING_CHECKS", "preflight", "require_ready"]
@@ -24,6 +26,25 @@ history, the lock, the budgets) the run itself refuses or handles, with their ow
 
 
 def _endpoint(url: str) -> str | None:
+    """None when `url` answers a GET with any HTTP response, else why not. A plain `http://` URL (a local
+    model, the simulator) is asked with the standard library's client, which sets up no TLS; others
+    with httpx (its certificate store, as the transport's). Neither follows a redirect or a proxy."""
+    if url.startswith("http://"):
+        import http.client
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        try:
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=5.0)
+            try:
+                conn.request("GET", target, headers={"Accept": "*/*"})
+                conn.getresponse().read()
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
     import httpx
 
     try:
@@ -36,11 +57,17 @@ def _endpoint(url: str) -> str | None:
 
 def preflight(
     prereg_dir: str | os.PathLike[str], stage: str, results_dir: str | os.PathLike[str],
-    *, base_urls: Mapping[str, str] | None = None,
+    *, base_urls: Mapping[str, str] | None = None, verifiers: VerifierPool | None = None,
 ) -> RunSummary:
-    """The preflight summary (`RunSummary` with mode `preflight`); exit_code 0 when nothing stands in the way."""
+    """The preflight summary (`RunSummary` with mode `preflight`); exit_code 0 when nothing stands in the way.
+
+    With `verifiers` (the pool the run that follows will check on), a kind that checks on warm verifiers
+    has the stage's share of them (`pool_size` of its lanes) launched as soon as the plan is read, so
+    that they start while the other checks run, and judges its trial check on one of them.
+    """
     from harness.evidence.lock import lock_holder
     from harness.prereg.go import go_problem
+    from harness.run.kinds import kind_for
     from harness.run.rules import ceiling_total
     from harness.run.setup import load_stage_ledger, pin_plan, setup_stage
     from harness.run.summary import RunProgress, RunSummary, SystemProgress
@@ -58,12 +85,22 @@ def preflight(
         empty = RunProgress("", stage, 0.0, 0.0, False, ())
         return RunSummary(False, 1, "preflight", "", stage, "", False, empty, problems=tuple(problems))
     d = setup.design
+    kind: SuiteKind | None = None
+    kind_refusal: Refusal | None = None
+    try:
+        kind = kind_for(os.path.dirname(d.packet_path))
+    except Refusal as exc:  # reported with the suite's other problems, below
+        kind_refusal = exc
     ledger = None
     try:
         pin_plan(setup, write=False)
         ledger = load_stage_ledger(setup)
     except Refusal as exc:
         problem("plan" if exc.code in (Code.RUN_PLAN_CHANGED, Code.AMENDMENT_CHANGES_STAGE) else "history", exc.message, refusal=exc.code, path=exc.path)
+    if verifiers is not None and kind is not None and kind.uses_verifier_pool and setup.requests:
+        from harness.evals.verify_pool import pool_size
+
+        verifiers.prestart(pool_size(d.run.lanes_per_system * len(setup.systems)))  # the run's share
     holder = lock_holder(os.path.join(setup.folder, ".invocation.lock"))
     if holder is not None:
         problem("lock", f"another invocation (pid {holder}) holds the results folder", path=setup.folder)
@@ -98,9 +135,10 @@ def preflight(
     except Refusal as exc:
         problem("suite", exc.message, refusal=exc.code, path=exc.path)
     try:
-        from harness.run.kinds import kind_for
-
-        for check, message in kind_for(os.path.dirname(d.packet_path)).preflight():  # can the kind judge?
+        if kind_refusal is not None:
+            raise kind_refusal
+        assert kind is not None
+        for check, message in kind.preflight(verifiers):  # can the kind judge?
             problem(check, message)
     except Refusal as exc:
         problem("suite", exc.message, refusal=exc.code, path=exc.path)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from harness.errors import Code, Refusal, RunRefusal
+from harness.evals.verify_pool import VerifierPool, pool_size
 from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
@@ -41,6 +42,9 @@ LATE_COST_GRACE_S: Final = 30.0
 class _Engine(Upkeep):
     """One invocation of a stage: every rule of the engine, and the whole run (`main`)."""
 
+    given_pool = False
+    """Whether `pool` is the caller's (`run_stage(verifiers=...)`): then the caller closes it."""
+
     async def main(self) -> None:
         loop = asyncio.get_running_loop()
         self.ceiling_event = asyncio.Event()
@@ -51,12 +55,19 @@ class _Engine(Upkeep):
             for signum in (int(signal.SIGINT), int(signal.SIGTERM)):
                 loop.add_signal_handler(signum, self.on_signal, signum)
                 installed.append(signum)
-        background = [asyncio.ensure_future(self.sampler()), asyncio.ensure_future(self.anchorer())]
+        crossed: asyncio.Future[Any] = asyncio.ensure_future(self.ceiling_event.wait())
+        self.ceiling_crossed = crossed
+        background: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.sampler()), asyncio.ensure_future(self.anchorer()), crossed]
         n_lanes = self.rules.lanes_per_system
-        # httpx and h11: only a run that sends needs them, never a dry run
-        from harness.providers.transport import Transport
-
         try:
+            if self.remote is None and self.kind.uses_verifier_pool and any(
+                    not c.standing for c in self.ledger.cells.values()):
+                # launched now: their start overlaps the transport's import and the first requests
+                self.verifier_pool().prestart(pool_size(n_lanes * len(self.s.systems)))
+            # httpx and h11: only a run that sends needs them, never a dry run
+            from harness.providers.transport import Transport
+
             async with Transport(timeout_s=self.transport_timeout_s(),
                                  max_connections=max(1, n_lanes * len(self.s.systems)) + 4) as transport:
                 self.transport = transport
@@ -87,7 +98,7 @@ class _Engine(Upkeep):
                 task.cancel()
             for installed_signum in installed:
                 loop.remove_signal_handler(installed_signum)
-            if self.pool is not None:
+            if self.pool is not None and not self.given_pool:
                 self.pool.close()
 
 
@@ -125,6 +136,7 @@ def run_stage(
     interrupts: Interrupts | None = None,
     engine: str = "local",
     address: str | None = None,
+    verifiers: VerifierPool | None = None,
 ) -> RunSummary:
     """Run (or continue) one stage of a frozen preregistration into `results_dir/<study>/<stage>/`.
 
@@ -144,6 +156,9 @@ def run_stage(
         engine: where the attempts' work runs: `local` (this process) or `ray` (a Ray cluster's nodes,
             this process the single writer; docs/ray.md).
         address: the Ray cluster's address for the ray engine (default: Ray's own discovery).
+        verifiers: warm verifiers to check on (the local engine) and for the preflight's trial check,
+            shared by a preflight and the run after it (`proctor run`); the caller closes them. By
+            default the run makes its own pool, launched at its start, and closes it at its end.
 
     Returns:
         The summary; `exit_code` 0 only when every cell of the stage has a standing final.
@@ -155,7 +170,7 @@ def run_stage(
     if preflight:
         from harness.run.preflight import preflight as run_preflight
 
-        return run_preflight(prereg_dir, stage, results_dir, base_urls=base_urls)
+        return run_preflight(prereg_dir, stage, results_dir, base_urls=base_urls, verifiers=verifiers)
     if engine not in ENGINES or (engine == "local" and address is not None):
         open_engine(engine, address)  # refuses (engine_invalid)
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
@@ -184,6 +199,8 @@ def run_stage(
         remote = open_engine(engine, address)  # the ray engine checks every node's sandbox before the start
         run = _Engine(setup, ledger, resume_paused=resume_paused, progress=progress, on_exit=on_exit)
         run.remote = remote
+        if verifiers is not None and remote is None:
+            run.pool, run.given_pool = verifiers, True
         try:
             summary = _invoke(run, setup, ledger, resume_paused, interrupts)
         except BaseException:

@@ -124,10 +124,11 @@ def requests_from(folder: str, data: bytes, *, write: bool) -> tuple[PlanCell, .
                           "(the preregistration, packet or catalog changed)", path)
     elif write:
         atomic_write(path, data, mode=0o644)
-    else:  # a dry run writes nothing: read the plan from a scratch copy in memory
+    else:  # a dry run (or the preflight) writes nothing: the plan is read from a scratch copy
         with tempfile.TemporaryDirectory() as tmp:
             scratch = os.path.join(tmp, "plan.jsonl")
-            atomic_write(scratch, data, mode=0o644)
+            with open(scratch, "wb") as fh:  # thrown away at once: no fsync
+                fh.write(data)
             return read_plan(scratch).requests
     return read_plan(path).requests
 

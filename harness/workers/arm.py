@@ -5,6 +5,7 @@ The manual: docs/gated-path.md, "Agent arms".
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Any, Final
 
 from harness.errors import Code, WorkerRefusal
 
-__all__ = ["MAX_REPAIR_TURNS", "TEMPLATE_PLACEHOLDERS", "WORKER_KINDS", "ArmWorker"]
+__all__ = ["MAX_REPAIR_TURNS", "SHELLS", "SHELL_OPERATORS", "TEMPLATE_PLACEHOLDERS", "WORKER_KINDS", "ArmWorker"]
 
 WORKER_KINDS: Final = ("llm-edit", "command")
 TEMPLATE_PLACEHOLDERS: Final = ("prompt_file", "model", "base_url", "workspace", "python")
@@ -22,6 +23,25 @@ MAX_REPAIR_TURNS: Final = 20
 _KEYS: Final = frozenset({"kind", "template", "repair_turns"})
 _PLACEHOLDER: Final = re.compile(r"\{([^{}]*)\}")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SHELL_OPERATORS: Final = frozenset({"|", "||", "&", "&&", ";", ";;", ">", ">>", "<", "<<", "<<<", "|&", "&>", "2>",
+                                    "2>>", "2>&1", ">&2", "1>&2", "(", ")", "{", "}", "!"})  # fmt: skip
+"""Arguments that only a shell reads as syntax (a pipe, a list, a redirection, a group)."""
+SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh"})
+_EXPANSION: Final = re.compile(r"\$\(|`|\$\{|\$[A-Za-z_]")
+
+
+def _shell_syntax(template: list[str] | tuple[str, ...]) -> str | None:
+    """Why an argv is meant for a shell (it would be passed literally, never interpreted), or None."""
+    if os.path.basename(template[0]) in SHELLS and any(a == "-c" or (a.startswith("-") and "c" in a[1:]
+                                                                     and not a.startswith("--"))
+                                                       for a in template[1:]):  # fmt: skip
+        return f"{template[0]} -c runs a shell command line; give the agent's own argv"
+    for arg in template:
+        if arg in SHELL_OPERATORS:
+            return f"{arg!r} is shell syntax (a pipe, list, redirection or group); no shell runs the template"
+        if _EXPANSION.search(arg):
+            return f"{arg!r} asks a shell to expand it ($VAR, ${{...}}, $(...) or backquotes); nothing would"
+    return None
 
 
 def _check_template(template: Any) -> tuple[str, ...]:
@@ -37,6 +57,9 @@ def _check_template(template: Any) -> tuple[str, ...]:
     if any(c.isspace() for c in template[0]):
         raise WorkerRefusal(Code.AGENT_TEMPLATE_SHELL_STRING,
                             f"the program {template[0]!r} holds whitespace: a shell command line, not an argv")  # fmt: skip
+    why = _shell_syntax(template)
+    if why is not None:
+        raise WorkerRefusal(Code.AGENT_TEMPLATE_SHELL_SYNTAX, why)
     for arg in template:
         for name in _PLACEHOLDER.findall(arg):
             if not _NAME.fullmatch(name) or name not in TEMPLATE_PLACEHOLDERS:

@@ -191,6 +191,14 @@ def test_results_root_study_folder_and_stage_folder_give_the_same_tables(run: tu
             assert table.equals(other.tables()[name]), name
 
 
+def test_a_completion_study_gets_no_repository_task_tables(run: tuple[Path, Path]) -> None:
+    p, results = run
+    analysis = analyze_study(results / "rt", prereg=p)
+    assert analysis.repo is None  # its analysis is exactly as before repo_task suites had their own tables
+    assert list(analysis.tables()) == ["hypotheses", "validation", "amendments", "left_out", "q", "comparisons",
+                                       "breakeven", "sensitivity", "power", "provenance"]
+
+
 def test_write_tables_is_byte_identical_and_reads_back(run: tuple[Path, Path], tmp_path: Path) -> None:
     p, results = run
     first = write_tables(analyze_study(results / "rt", prereg=p), tmp_path / "one")

@@ -32,11 +32,13 @@ from typing import Any
 import pytest
 
 from harness.audit.audit import Audit, audit_results
+from harness.audit.oracle.check import run_problems
 from harness.audit.stage import ANCHOR_REASONS, anchor_form
 from harness.errors import Refusal
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log
 from harness.evidence.jsonio import canonical_bytes, read_bytes, sha256_hex
+from harness.evidence.portable import machine_paths
 from harness.notebooks.stage import anchor_outputs
 from harness.prereg.freeze import amend
 from harness.run.anchors import output_manifest_name
@@ -513,4 +515,28 @@ def test_the_committed_local_gemma_results_audit_intact() -> None:
     got = run_proctor("audit", "results/local-gemma")
     assert got.code == 0 and got.out["ok"] is True, got.out.get("problems")
     assert got.out["study"] == "local-gemma" and got.out["verified"]["receipts"] == 96
+    assert got.out["verified"]["outputs"] >= 12  # the executed notebooks, HTML, tables and figures
+
+
+GEMMA_PASSES, CONTROL_PASSES, RECEIPTS = 0, 5, 10
+"""The committed pilot's numbers (docs/local-model.md): Gemma 0 of 6, the simulated control 5 of 6; the two
+attempts per context-overflowing item that got an HTTP 400 before any work left no receipt."""
+
+
+def test_the_committed_agents_gemma_pilot_audits_intact_and_checks_clean() -> None:
+    """The Gemma pilot on repository tasks (results/agents-gemma, committed; docs/local-model.md): the oracle
+    finds nothing, the report reproduces its verdicts, the audit is intact, and no file names a machine folder."""
+    study = REPO / "results" / "agents-gemma"
+    assert run_problems(study / "pilot", prereg_dir=REPO / "prereg" / "agents-gemma") == []
+    assert machine_paths(study) == ()
+    report = run_proctor("report", "--prereg", "prereg/agents-gemma", "results/agents-gemma/pilot")
+    assert report.code == 0, report.out
+    lines = [json.loads(line) for line in (study / "pilot" / "finals.jsonl").read_text().splitlines()]
+    finals = {f["run_id"]: f for f in lines}  # the last final of each run stands (a rerun's replaces its first)
+    passed = {slot: sum(f["passed"] is True for f in finals.values() if f["system"] == slot) for slot in ("gemma", "control")}
+    assert passed == {"gemma": GEMMA_PASSES, "control": CONTROL_PASSES} and len(finals) == 12 and len(lines) == 14
+    assert report.out["passed"] == GEMMA_PASSES + CONTROL_PASSES
+    got = run_proctor("audit", "results/agents-gemma")
+    assert got.code == 0 and got.out["ok"] is True, got.out.get("problems")
+    assert got.out["study"] == "agents-gemma" and got.out["verified"]["receipts"] == RECEIPTS
     assert got.out["verified"]["outputs"] >= 12  # the executed notebooks, HTML, tables and figures

@@ -124,6 +124,48 @@ def test_help_imports_no_heavy_module() -> None:
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
 
+def imported_modules(words: list[str], env: dict[str, str], out: Path) -> set[str]:
+    """Every module a whole `proctor WORDS...` process had imported when it exited (any thread's)."""
+    code = ("import atexit, runpy, sys\n"
+            f"atexit.register(lambda: open({str(out)!r}, 'w').write('\\n'.join(sorted(sys.modules))))\n"
+            f"sys.argv = ['proctor', *{words!r}]\n"
+            "runpy.run_module('harness', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=REPO, check=False)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    return set(out.read_text().split())
+
+
+# What a run never needs: the analysis stack, notebooks, the gated path (a completion suite), papermill.
+NOT_FOR_A_RUN = ("polars", "scipy", "numpy", "papermill", "pandas", "matplotlib", "harness.analysis",
+                 "harness.audit", "harness.notebooks", "harness.gate", "harness.run.kinds.repo_task")
+
+
+def test_importing_the_command_defers_tls_asyncio_and_every_library() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, harness.cli.main; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True, text=True, timeout=60, env=clean_env(), cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "harness.cli.study" in loaded  # the listing worked
+    deferred = ("ssl", "asyncio", "httpx", "h11", "yaml", "tomllib", "harness.run.runner", *NOT_FOR_A_RUN)
+    assert not {m for m in loaded if m.split(".")[0] in deferred or m in deferred}, sorted(
+        m for m in loaded if m.split(".")[0] in deferred or m in deferred)
+
+
+def test_a_whole_run_of_a_completion_suite_imports_nothing_it_does_not_need(tmp_path: Path) -> None:
+    from tests.support.study import prereg, runner_env, sim_servers, system
+
+    p = prereg(tmp_path, items=2)
+    with sim_servers(tmp_path) as start:
+        url = start([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+        loaded = imported_modules(["run", str(p), "--stage", "A", "--results", str(tmp_path / "results"), "--json"],
+                                  runner_env(url), tmp_path / "modules.txt")
+    assert {"harness.run.engine", "harness.providers.transport", "harness.evals.verify_pool"} <= loaded  # it ran
+    assert not {m for m in loaded for heavy in NOT_FOR_A_RUN if m == heavy or m.startswith(f"{heavy}.")}, sorted(
+        m for m in loaded for heavy in NOT_FOR_A_RUN if m == heavy or m.startswith(f"{heavy}."))
+
+
 # --- usage errors --------------------------------------------------------------------------
 
 

@@ -203,3 +203,10 @@ def test_the_committed_local_gemma_analysis_checks_clean_in_this_checkout() -> N
     got = run_proctor("analyze", "--check", "results/local-gemma", timeout=600)
     assert got.code == 0 and got.out["differences"] == [], got.out
     assert "tables/q.csv" in got.out["compared"] and "figures/forest.svg" in got.out["compared"]
+
+
+def test_the_committed_agents_gemma_analysis_checks_clean_in_this_checkout() -> None:
+    """The Gemma repo_task pilot (results/agents-gemma) re-executes to its anchored tables and figures too."""
+    got = run_proctor("analyze", "--check", "results/agents-gemma", timeout=600)
+    assert got.code == 0 and got.out["differences"] == [], got.out
+    assert "tables/q.csv" in got.out["compared"] and "tables/comparisons.csv" in got.out["compared"]

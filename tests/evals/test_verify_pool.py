@@ -188,3 +188,46 @@ def test_a_verifier_whose_starting_thread_ended_is_replaced_at_its_next_lease() 
             with pool.lease() as same:
                 assert same.pid == pids[0] and same.run(PASS, check="f").passed
             assert (pool.made, pool.replaced) == (1, 0)
+
+
+def test_prestart_launches_workers_at_once_and_the_first_checks_use_them() -> None:
+    with VerifierPool(2) as pool:
+        assert pool.prestart(1) == 1  # until the pool holds what the caller asks for, within the size
+        assert pool.prestart() == 1 and pool.prestart(2) == 0  # then as many as the size allows
+        assert pool.prestart() == 0
+        launched = pool.verifiers
+        pids = {v.pid for v in launched}
+        assert pool.made == 2 and None not in pids and all(running(pid) for pid in pids if pid is not None)
+        with pool.lease() as v, pool.lease() as w:  # the launched ones, each ready by its first check
+            assert {v.pid, w.pid} == pids
+            assert v.run(PASS, check="f").passed and w.run(FAIL, check="f").status == "failed"
+        assert pool.made == 2 and pool.replaced == 0
+    assert all(pid is not None and wait_gone(pid) for pid in pids)  # closed with the pool
+
+
+def test_close_stops_workers_launched_ahead_before_they_checked_anything() -> None:
+    pool = VerifierPool(2)
+    assert pool.prestart() == 2
+    pids = [v.pid for v in pool.verifiers]
+    pool.close()
+    assert all(pid is not None and wait_gone(pid) for pid in pids)
+    assert pool.prestart() == 0 and pool.verifiers == ()
+
+
+def test_a_worker_launched_ahead_that_cannot_start_fails_its_first_lease_and_is_replaced(tmp_path: Path) -> None:
+    made: list[WarmVerifier] = []
+
+    def factory() -> WarmVerifier:
+        made.append(WarmVerifier(python=str(tmp_path / "no-python") if not made else None))
+        return made[-1]
+
+    with VerifierPool(1, factory) as pool:
+        if pool.prestart() == 1:  # launched in bwrap: it fails at its first check
+            with pytest.raises(VerifierUnavailable), pool.lease() as v:
+                assert v is made[0]
+                v.run(PASS, check="f")
+            assert pool.replaced == 1
+        else:  # no sandbox: the launch itself fails and the verifier is dropped at once
+            assert pool.verifiers == () and pool.made == 0 and len(made) == 1
+        with pool.lease() as v:
+            assert v is made[-1] and len(made) == 2 and v.run(PASS, check="f").passed

@@ -55,6 +55,14 @@ CORRUPTIONS = (
     "carriage_return",
     "two_objects",
     "split_object",
+    "trailing_space",
+    "leading_space",
+    "tab",
+    "byte_order_mark",
+    "escaped_slash",
+    "upper_hex_escape",
+    "lone_surrogate",
+    "tiny_float",
 )
 
 
@@ -145,6 +153,22 @@ def _corrupt(kind: str, obj: dict[str, Any], canon: bytes) -> bytes:
         return canon + b"," + canon
     if kind == "split_object":  # this line and the next parse only together
         return canon[:-1] + b',"~":['
+    if kind == "trailing_space":
+        return canon + b" "
+    if kind == "leading_space":
+        return b" " + canon
+    if kind == "tab":
+        return canon.replace(b'"prev":', b'"prev":\t', 1)
+    if kind == "byte_order_mark":
+        return b"\xef\xbb\xbf" + canon
+    if kind == "escaped_slash":
+        return canonical_bytes({**obj, "~": "a/b"}).replace(b'"a/b"', b'"a\\/b"')
+    if kind == "upper_hex_escape":  # canonical escapes are lower case: \u001f
+        return canonical_bytes({**obj, "~": "\x1f"}).replace(b"\\u001f", b"\\u001F")
+    if kind == "lone_surrogate":
+        return canon[:-1] + b',"~":"\\ud800"}'
+    if kind == "tiny_float":  # canonical: Python writes 1e-05, orjson 0.00001
+        return canonical_bytes({**obj, "~": [1e-05, 2.5e-07]})
     raise AssertionError(kind)
 
 
@@ -258,7 +282,7 @@ def test_a_corrupted_line_deep_in_many_blocks_is_named_by_the_block_path(tmp_pat
         want = _scan(path, SEED, block=False, cores=None, keep=False)
         got = _scan(path, SEED, block=True, cores=None, keep=False, use_orjson=use_orjson)
         assert got == want, kind
-        if kind in ("none", "big_int"):
+        if kind in ("none", "big_int", "tiny_float"):
             assert got[0].ok and got[0].lines == 4000
         elif kind == "torn_tail":
             assert got[0].problem is not None and got[0].problem.kind == "torn_tail"
@@ -272,6 +296,12 @@ def test_a_corrupted_line_deep_in_many_blocks_is_named_by_the_block_path(tmp_pat
             "minus_zero",
             "spacing",
             "key_order",
+            "trailing_space",
+            "leading_space",
+            "tab",
+            "escaped_slash",
+            "upper_hex_escape",
+            "lone_surrogate",
         ):
             assert got[0].problem is not None and got[0].problem.kind == "not_canonical", kind
             assert got[0].problem.line == 2501
@@ -423,3 +453,88 @@ def test_orjson_is_not_used_when_it_writes_differently(monkeypatch: pytest.Monke
     assert orjson is not None
     monkeypatch.setattr(orjson, "dumps", lambda obj, option=None: b"{}")
     assert chain_read._load_orjson() is None
+
+
+def _chain_lines(objs: list[dict[str, Any]]) -> tuple[bytes, str]:
+    """A canonical chained log of `objs` (seeded with SEED) and its head."""
+    lines: list[bytes] = []
+    prev = seed_hash(SEED)
+    for k, obj in enumerate(objs):
+        raw = canonical_bytes({**obj, "prev": prev, **({"seed": SEED} if k == 0 else {})})
+        lines.append(raw)
+        prev = _sha(raw)
+    return b"".join(line + b"\n" for line in lines), prev
+
+
+def test_after_a_block_needs_the_standard_proof_only_blocks_without_exponents_try_orjson(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The route: blocks whose floats need an exponent are proved by the standard library without
+    a wasted orjson attempt once one block has needed it; blocks without one still use orjson."""
+    objs = [{"i": i, "x": 1e-05 if (i // 500) % 2 == 0 else 0.5} for i in range(3000)]
+    data, head = _chain_lines(objs)
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(data)
+    tried: list[bool] = []  # per orjson attempt: did the block hold an exponent
+    proved: list[bool] = []  # per standard-library proof: the same
+    orjson_objects, std_objects = chain_read._orjson_objects, chain_read._std_objects
+
+    def spy_orjson(body: bytes, count: int) -> Any:
+        tried.append(b"e-" in body)
+        return orjson_objects(body, count)
+
+    def spy_std(block: bytes, count: int) -> Any:
+        proved.append(b"e-" in block)
+        return std_objects(block, count)
+
+    monkeypatch.setattr(chain_read, "_orjson_objects", spy_orjson)
+    monkeypatch.setattr(chain_read, "_std_objects", spy_std)
+    monkeypatch.setattr(chain_read, "_CHUNK", 4096)
+    for cores in (None, 2):
+        tried.clear()
+        proved.clear()
+        status = _scan(path, SEED, block=True, cores=cores, keep=False)[0]
+        assert status.ok and status.lines == 3000 and status.head == head
+        assert all(proved) and len(proved) > 10  # only blocks with an exponent needed the standard proof
+        pieces = 1 if cores is None else cores
+        assert 1 <= tried.count(True) <= pieces  # one wasted orjson attempt per scan or piece
+        # the blocks without one are proved by orjson (in pieces, only the parent's piece is counted here)
+        assert tried.count(False) > (10 if cores is None else 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=5),
+    nested=st.booleans(),
+)
+def test_the_float_finder_finds_every_float(floats: list[float], nested: bool) -> None:
+    """`_floats` over flat and nested records: the same floats (as bit patterns) as a plain walk."""
+    obj: dict[str, Any] = {f"k{i}": x for i, x in enumerate(floats)}
+    if nested:
+        obj = {"a": [obj, {"b": floats[:1]}], "c": 1, "d": "x"}
+    want: list[float] = []
+    stack: list[Any] = [obj]
+    while stack:
+        node = stack.pop()
+        if type(node) is float:
+            want.append(node)
+        elif type(node) is dict:
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+    assert sorted(map(float.hex, chain_read._floats([obj, {"z": 2}]))) == sorted(map(float.hex, want))
+
+
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        (b'{"a":0.0,"b":-0.0,"c":[0.5,0.5,-0.0]}', True),
+        (b'{"a":-0.0,"b":0.0}', True),
+        (b'{"a":0.00001,"b":[0.00001,0.5]}', False),  # orjson's notation of 1e-05, repeated
+        (b'{"a":0.5,"b":{"c":[0.5,1e-7]}}', False),  # orjson's 1e-07, deep, beside a repeat
+        (b'{"a":1e-05,"b":1e-05}', False),  # canonical, but orjson writes it otherwise: not its proof
+    ],
+)
+def test_the_orjson_proof_checks_each_distinct_float_and_both_zeros(line: bytes, ok: bool) -> None:
+    assert (chain_read._orjson_objects(line, 1) is not None) == ok
+    assert (chain_read.check_form(line).obj is not None) == (ok or line.startswith(b'{"a":1e-05'))

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from harness.errors import Refusal
+from harness.evidence import group
 from harness.evidence.chain import ChainedLog
 from harness.evidence.chain_read import read_log, verify_log
 from harness.evidence.group import GroupWriter
@@ -130,6 +131,42 @@ def test_an_event_loop_awaits_durability(tmp_path: Path) -> None:
     assert len(fsyncs.paths) < 160
 
 
+def test_one_wake_up_of_an_event_loop_settles_every_waiter_of_a_flush(tmp_path: Path) -> None:
+    """16 lanes of one loop wait for the same flush: the writer wakes the loop once (one self-pipe write),
+    not once per waiter, and every waiter is settled."""
+    release = threading.Event()
+
+    def held_fsync(fd: int) -> None:
+        release.wait(10)
+        os.fsync(fd)
+
+    writer = GroupWriter(fsync=held_fsync)
+    log = writer.log(tmp_path / "log.jsonl", SEED)
+
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        calls: list[Any] = []
+        original = loop.call_soon_threadsafe
+
+        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(callback)
+            return original(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign,assignment]
+        log.stage({"i": 0})
+        waiters = [asyncio.ensure_future(writer.settle(log.ticket)) for _ in range(16)]
+        await asyncio.sleep(0.05)  # every waiter registered while the fsync is held
+        assert not any(w.done() for w in waiters)
+        release.set()
+        await asyncio.gather(*waiters)
+        return calls
+
+    calls = asyncio.run(main())
+    writer.close()
+    assert len(calls) == 1, calls
+    assert verify_log(tmp_path / "log.jsonl", SEED).lines == 1
+
+
 def test_a_flush_writes_files_then_logs_in_their_order_and_a_barrier_splits_it(tmp_path: Path) -> None:
     fsyncs = Fsyncs()
     writer = GroupWriter(fsync=fsyncs)
@@ -177,6 +214,74 @@ def test_the_next_group_of_the_same_log_writes_while_the_last_fsync_is_in_flight
     release.set()
     writer.close()
     assert [r["i"] for r in read_log(tmp_path / "log.jsonl", SEED)] == [0, 1]
+
+
+class HeldFsyncs:
+    """An fsync per call that waits for its own release (then really syncs), recording the paths it started on."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.gates = [threading.Event() for _ in range(64)]
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        with self._lock:
+            n = len(self.started)
+            self.started.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        assert self.gates[n].wait(10)
+        os.fsync(fd)
+
+    def wait_started(self, n: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(self.started) < n:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+
+
+def test_up_to_in_flight_fsyncs_of_one_log_overlap_and_each_publishes_what_it_covers(tmp_path: Path) -> None:
+    """Each group of one log leaves its fsync in flight, up to `_IN_FLIGHT` at once (the next group
+    waits for the oldest); a later fsync, started after every earlier group's write, publishes
+    them all, even while the earlier fsyncs are still held."""
+    fsyncs = HeldFsyncs()
+    writer = GroupWriter(fsync=fsyncs)
+    log = writer.log(tmp_path / "log.jsonl", SEED)
+    tickets = []
+    for i in range(group._IN_FLIGHT + 1):
+        log.stage({"i": i})
+        tickets.append(log.ticket)
+        if i < group._IN_FLIGHT:
+            fsyncs.wait_started(i + 1)
+    time.sleep(0.05)
+    assert len(fsyncs.started) == group._IN_FLIGHT  # the last group waits for the oldest fsync
+    assert writer.durable == 0  # every fsync held: nothing is durable yet
+    fsyncs.gates[group._IN_FLIGHT - 1].set()  # the newest in flight returns first
+    writer.wait(tickets[group._IN_FLIGHT - 1])  # it covers every group before it
+    assert len(fsyncs.started) == group._IN_FLIGHT  # the oldest is still held: no further fsync yet
+    for gate in fsyncs.gates:
+        gate.set()
+    writer.wait(tickets[-1])
+    writer.close()
+    assert [r["i"] for r in read_log(tmp_path / "log.jsonl", SEED)] == list(range(group._IN_FLIGHT + 1))
+
+
+def test_a_group_writing_another_log_first_waits_for_the_fsyncs_in_flight(tmp_path: Path) -> None:
+    """Its own fsync would not cover the other log's lines: it must not publish before theirs are done."""
+    fsyncs = HeldFsyncs()
+    writer = GroupWriter(fsync=fsyncs)
+    first = writer.log(tmp_path / "first.jsonl", "s1")
+    second = writer.log(tmp_path / "second.jsonl", "s2")
+    first.stage({"a": 1})
+    fsyncs.wait_started(1)
+    second.stage({"b": 1})
+    time.sleep(0.05)
+    assert fsyncs.started == ["first.jsonl"] and writer.durable == 0
+    fsyncs.gates[1].set()  # the second log's fsync may run at once when it starts: still behind the first
+    time.sleep(0.05)
+    assert fsyncs.started == ["first.jsonl"] and writer.durable == 0
+    fsyncs.gates[0].set()
+    writer.wait(second.ticket)
+    assert fsyncs.started == ["first.jsonl", "second.jsonl"]
+    writer.close()
 
 
 def test_a_staged_files_temporary_name_is_one_the_runner_removes_after_a_kill(tmp_path: Path) -> None:

@@ -312,7 +312,7 @@ def test_three_identical_failures_switch_the_lane_with_an_evidence_packet(
     kinds = [e["event"] for e in events]
     at = kinds.index("lane_switch")
     assert kinds[at + 1] == "dispatch_start" and events[at + 1]["lane"] == "glm"
-    assert events[at]["reason"] == switch["reason"]
+    assert events[at]["reason"] == switch["reason"] and events[at]["switch_class"] == "stagnation"
     assert all(e["fingerprint"] for e in events if e["event"] == "verify" and not e["passed"])
 
     seen = _seen(d.out)
@@ -524,6 +524,7 @@ argv = ["{{python}}", {script}, {failing}]
     events = _events(setup)
     switch = next(e for e in events if e["event"] == "provider_switch")
     assert (switch["from_provider"], switch["to_provider"], switch["lane"]) == ("pa", "pb", "flash")
+    assert switch["switch_class"] == "provider_failure"
     assert first.out["dispatch_id"] in switch["reason"]
     start = [e for e in events if e["event"] == "dispatch_start"][-1]
     assert start["model_choice"]["excluded_providers"] == ["pa"]

@@ -267,6 +267,8 @@ def test_an_arm_names_its_worker(tmp_path: Path) -> None:
     ({"kind": "llm-edit", "repair_turns": True}, "repair_turns_invalid"),
     ({"kind": "llm-edit", "turns": 2}, "arm_worker_invalid"),
     ({"kind": "command", "template": "agent --prompt {prompt_file}"}, "agent_template_shell_string"),
+    ({"kind": "command", "template": ["agent", "{prompt_file}", "|", "tee", "log"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["bash", "-c", "agent {prompt_file}"]}, "agent_template_shell_syntax"),
     ({"kind": "command", "template": ["agent", "{secret}"]}, "agent_template_placeholder_unknown"),
     ({"kind": "command"}, "agent_template_empty"),
     ({"kind": "command", "template": ["agent"], "repair_turns": 1}, "arm_worker_invalid"),

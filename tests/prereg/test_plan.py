@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from harness.errors import Refusal
+from harness.errors import Code, Refusal
+from harness.evidence.jsonio import canonical_line
 from harness.prereg import freeze as prereg
 from harness.prereg import plan as plan_module
 from harness.prereg.frozen import check_frozen
@@ -725,3 +726,50 @@ def test_usage_errors_exit_2(study: Study, tmp_path: Path, words: list[str]) -> 
     done = run_proctor("plan", str(study.prereg), *words, *extra)
     assert done.code == 2 and done.out["refusal"] == "usage_error"
     assert not (tmp_path / "p.jsonl").exists()
+
+
+# --------------------------------------------------------------------------
+# Each arm's worker in the header (issue 17)
+
+
+_WORKER_ARMS: list[dict[str, Any]] = [
+    {"id": "single", "template": "{prompt}"},
+    {"id": "feedback", "template": "{prompt}", "worker": {"kind": "llm-edit", "repair_turns": 2}}]
+
+
+def test_the_header_records_each_arms_worker_when_any_arm_names_one(tmp_path: Path) -> None:
+    from tests.support.repo_study import repo_prereg
+
+    with_workers = plan_study(repo_prereg(tmp_path / "w", arms=_WORKER_ARMS), "pilot").header()
+    assert with_workers["arms"] == [
+        {"id": "single", "worker": None},
+        {"id": "feedback", "worker": {"kind": "llm-edit", "template": [], "repair_turns": 2}}]
+    # no arm names a worker: the header is as before (plans already run keep their bytes)
+    assert "arms" not in plan_study(repo_prereg(tmp_path / "n"), "pilot").header()
+
+
+def test_a_plan_whose_worker_differs_from_the_design_is_refused(tmp_path: Path) -> None:
+    from harness.audit.report import build_report
+    from harness.run.runner import run_stage
+    from harness.run.setup import stage_plan_bytes
+    from tests.support.repo_study import repo_prereg
+
+    prereg = repo_prereg(tmp_path, arms=_WORKER_ARMS)
+    fresh = stage_plan_bytes(str(prereg), check_frozen(prereg).design, "A")
+    header, rest = fresh.split(b"\n", 1)
+    doc = json.loads(header)
+    doc["arms"][1]["worker"]["repair_turns"] = 0  # the plan says single shot; the design says two repair turns
+    forged = canonical_line(doc) + rest
+    folder = tmp_path / "results" / "rt" / "A"
+    folder.mkdir(parents=True)
+    (folder / "plan.jsonl").write_bytes(forged)
+    with pytest.raises(Refusal) as caught:
+        run_stage(prereg, "A", tmp_path / "results", base_urls={"sim-flash": "http://127.0.0.1:9",
+                                                                  "sim-k3": "http://127.0.0.1:9"})
+    assert caught.value.code == Code.RUN_PLAN_CHANGED and "arms" in caught.value.message
+    assert not any((folder / f"{log}.jsonl").exists() for log in ("run", "attempts", "finals"))  # nothing ran
+    assert (folder / "plan.jsonl").read_bytes() == forged  # and the plan is kept as found
+    with pytest.raises(Refusal) as report:
+        build_report(folder, prereg_dir=prereg)
+    problems = report.value.details["problems"]
+    assert any(p["rule"] == "plan_changed" and "arms" in p["message"] for p in problems), problems

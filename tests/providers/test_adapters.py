@@ -699,6 +699,26 @@ def test_sync_and_async_read_awkward_responses_alike(case: str, raw_server: _Raw
         assert sync.meta["sent"] is True  # connected and written: an answer may have been billed
 
 
+def test_a_plain_http_asend_never_loads_the_certificate_store(raw_server: _RawServer,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The async transport asks for its TLS context only on an https connection (loading the store costs
+    about 25 ms of CPU per invocation); the TLS test above shows an https one still verifies."""
+    import httpx
+
+    def refuse() -> None:
+        raise AssertionError("the certificate store was loaded for a plain-http request")
+
+    raw_server.reply, raw_server.hang_up = AWKWARD["content-length"], False
+    request = adapter_for("openai_chat").build_request("m-1", PROMPT, GenerationSettings(), raw_server.url())
+    monkeypatch.setattr(httpx, "create_ssl_context", refuse)
+
+    async def go() -> list[Exchange]:
+        async with Transport(timeout_s=5) as transport:
+            return [await transport.asend(request, SECRET) for _ in range(3)]
+
+    assert [(ex.status, ex.parsed.text) for ex in asyncio.run(go())] == [(200, "hi")] * 3
+
+
 def test_a_connection_the_server_closed_is_not_reused(raw_server: _RawServer) -> None:
     raw_server.reply = AWKWARD["content-length"]  # keep-alive by the headers, then the server hangs up
     request = adapter_for("openai_chat").build_request("m-1", PROMPT, GenerationSettings(), raw_server.url())

@@ -28,11 +28,17 @@ import pytest
 from harness.errors import Refusal
 from harness.providers.local_model import (
     ALIASES,
+    CONTINUATION_TEMPLATE,
     DEFAULT_ALIAS,
+    EDIT_ALIAS,
+    EDIT_FLAGS,
+    EDIT_TEMPLATE,
     KQ8_ALIAS,
+    MODEL_FLAGS,
     extra_missing,
     read_state,
     serve,
+    server_config,
     status,
     stop,
 )
@@ -96,6 +102,23 @@ def test_stop_removes_the_state_of_a_server_that_already_exited(tmp_path: Path) 
     got = run_proctor("local-model", "stop", "--state-dir", str(tmp_path))
     assert got.code == 0 and got.out["stopped"] is False
     assert not (tmp_path / "server.json").exists()
+
+
+def test_the_edit_alias_differs_from_the_default_only_in_its_context_and_stops() -> None:
+    """agents-gemma's system (docs/local-model.md): one file, the HumanEval aliases untouched."""
+    config = server_config("model.gguf", 8766, "cont.json", "edit.json")
+    by_alias = {m["model_alias"]: m for m in config["models"]}
+    assert tuple(by_alias) == ALIASES == (DEFAULT_ALIAS, KQ8_ALIAS, EDIT_ALIAS)
+    default, edit = by_alias[DEFAULT_ALIAS], by_alias[EDIT_ALIAS]
+    assert default == {"model": "model.gguf", "hf_tokenizer_config_path": "cont.json", **MODEL_FLAGS,
+                       "model_alias": DEFAULT_ALIAS}
+    assert {k: v for k, v in edit.items() if default.get(k) != v} == {
+        "model_alias": EDIT_ALIAS, "hf_tokenizer_config_path": "edit.json", "n_ctx": 8192}
+    assert set(EDIT_FLAGS) == {"n_ctx"} and MODEL_FLAGS["n_ctx"] == 2048 and MODEL_FLAGS["n_ubatch"] == 1
+    # The HumanEval stops would cut a whole file at its first function; the edit alias stops only on special tokens.
+    assert "\ndef " in CONTINUATION_TEMPLATE.values()
+    assert EDIT_TEMPLATE["chat_template"] == CONTINUATION_TEMPLATE["chat_template"]
+    assert {EDIT_TEMPLATE["bos_token"], EDIT_TEMPLATE["eos_token"]} == {"<bos>", "<eos>"}
 
 
 def test_serve_without_the_extra_is_refused(tmp_path: Path) -> None:

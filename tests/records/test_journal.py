@@ -13,6 +13,7 @@ from harness.records.journal import (
     DispatchEnd,
     DispatchStart,
     LaneSwitch,
+    TargetedRepair,
     VerifyEvent,
     event_from_json,
 )
@@ -49,6 +50,17 @@ LINES: list[dict[str, Any]] = [
     {"event": "record", "line": 1, "row_sha256": H, "cost_status": "metered"},
     {"event": "refused", "action": "accept", "refusal": "receipt_missing", "message": "no receipt"},
     {"event": "purge", "action": "verify", "paths": ["wordfreq/__pycache__", "stray.pyc"]},
+    {"event": "targeted_repair", "dispatch_id": "d002-0a0b0c0d", "lane": "flash", "model": "m", "reason": "localized",
+     "receipt_id": "r0001", "fingerprint": H, "failing_tests": ["tests/t.py::test_a"], "tests_expected": 8,
+     "repair": 1, "evidence_file": "/e.json", "evidence_sha256": H, "switch_class": "localized_defect"},
+    {"event": "verify", "receipt_id": "r0002", "receipt_sha256": H, "passed": False, "tree": H,
+     "tamper_detected": False, "dispatch_seq": 2, "fingerprint": H, "sandbox": "bwrap", "tests_expected": 8,
+     "tests_failing": ["tests/t.py::test_a"]},
+    {"event": "lane_switch", "from": "glm", "to": "k3", "reason": "stagnation", "fingerprint": H, "stagnant_count": 3,
+     "receipt_ids": ["r0001", "r0002", "r0003"], "dispatch_id": "d004-0a0b0c0d", "evidence_file": "/e.json",
+     "evidence_sha256": H, "switch_class": "stagnation"},
+    {"event": "provider_switch", "dispatch_id": "d005-0a0b0c0d", "from_provider": "a", "to_provider": "b",
+     "model": "m", "lane": "glm", "reason": "provider failure", "switch_class": "provider_failure"},
 ]  # fmt: skip
 
 
@@ -79,6 +91,18 @@ def test_an_older_verify_event_without_fingerprint_or_sandbox_still_reads() -> N
     old = {k: v for k, v in LINES[8].items() if k not in ("fingerprint", "sandbox")}
     event = event_from_json({**old, **STAMP})
     assert isinstance(event, VerifyEvent) and event.fingerprint is None and event.sandbox is None
+
+
+def test_switch_events_name_their_class_and_older_lines_read_without_it() -> None:
+    repair = event_from_json({**LINES[15], **STAMP})
+    assert isinstance(repair, TargetedRepair) and repair.switch_class == "localized_defect"
+    assert repair.failing_tests == ("tests/t.py::test_a",)
+    verify = event_from_json({**LINES[16], **STAMP})
+    assert isinstance(verify, VerifyEvent) and verify.tests_expected == 8
+    assert event_from_json({**LINES[17], **STAMP}).fields()["switch_class"] == "stagnation"
+    older = event_from_json({**LINES[4], **STAMP})
+    assert isinstance(older, LaneSwitch) and older.switch_class is None and "switch_class" not in older.fields()
+    assert "tests_expected" not in event_from_json({**LINES[8], **STAMP}).fields()
 
 
 @pytest.mark.parametrize(

@@ -446,3 +446,26 @@ def test_a_resume_removes_the_temporary_file_a_kill_left_of_an_archive_write(tmp
     assert [pr.rule for pr in run_problems(folder, prereg_dir=p)] == ["archive"]
     run_stage(p, "A", tmp_path / "results", base_urls=urls(url))
     assert not torn.exists() and run_problems(folder, prereg_dir=p) == []
+
+
+def test_a_preflight_and_the_run_after_it_check_on_the_same_warm_verifiers(tmp_path: Path, sim: Sim) -> None:
+    """`proctor run`'s way: the preflight launches the stage's share of the caller's pool and judges its
+    trial check on one of them; the run checks on the same workers and leaves the pool to its caller."""
+    from harness.evals.verify_pool import VerifierPool, pool_size
+
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    p, results = prereg(tmp_path), tmp_path / "results"
+    share = pool_size(2 * 2)  # two lanes for each of two systems, bounded by the cores
+    with VerifierPool(share) as pool:
+        checked = run_stage(p, "A", results, preflight=True, base_urls=urls(url), verifiers=pool)
+        assert checked.exit_code == 0, checked.problems
+        launched = {v.pid for v in pool.verifiers}
+        assert pool.made == share and len(launched) == share and None not in launched
+        summary = run_stage(p, "A", results, base_urls=urls(url), verifiers=pool)
+        assert summary.exit_code == 0 and summary.complete, summary.to_json()
+        assert pool.made == share and pool.replaced == 0  # no other verifier was made
+        held = pool.verifiers
+        assert {v.pid for v in held} == launched and all(v.alive() for v in held)  # still the caller's
+        finals = logs(Path(summary.folder))["finals"]
+        assert len(finals) == 12 and {f["system"] for f in finals if f["passed"]} == {"good"}
+    assert not any(v.alive() for v in held)  # the caller's close stopped them

@@ -29,8 +29,8 @@ RESULTS = REPO / "build" / "bench"
 DOC = REPO / "docs" / "benchmarks.md"
 START = "<!-- bench table: start (rendered by `python -m tests.bench.table` from build/bench/*.json) -->"
 END = "<!-- bench table: end -->"
-ORDER = ("humaneval_e2e", "lanes", "runner_cpu", "chain_append", "chain_verify", "tree", "sim_throughput",
-         "humaneval_verify", "sandbox", "analysis_q_table", "analysis_frame")
+ORDER = ("humaneval_e2e", "lanes", "runner_cpu", "chain_append", "chain_append_concurrent", "chain_verify", "tree",
+         "sim_throughput", "humaneval_verify", "sandbox", "analysis_q_table", "analysis_frame")
 """The benches in the table's order; a results file of another bench is rendered after these, by name."""
 HEADER = ("benchmark", "proctor", "peer, same run", "ratio", "command")
 

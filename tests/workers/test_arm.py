@@ -42,6 +42,17 @@ def test_a_command_template_fills_every_placeholder_once() -> None:
 @pytest.mark.parametrize(("doc", "code"), [
     ({"kind": "command", "template": "python agent.py {prompt_file}"}, "agent_template_shell_string"),
     ({"kind": "command", "template": ["python agent.py", "{prompt_file}"]}, "agent_template_shell_string"),
+    ({"kind": "command", "template": ["agent", "{prompt_file}", "|", "tee", "log.txt"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "{prompt_file}", "&&", "echo", "done"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "{prompt_file}", ">", "out.txt"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "{prompt_file}", "2>&1"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "{prompt_file}", ";", "rm", "x"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "--key=$OPENAI_API_KEY"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "--in", "$(pwd)"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "--home", "${HOME}/x"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["agent", "--in", "`pwd`"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["sh", "-c", "agent {prompt_file}"]}, "agent_template_shell_syntax"),
+    ({"kind": "command", "template": ["/bin/bash", "-lc", "agent {prompt_file}"]}, "agent_template_shell_syntax"),
     ({"kind": "command", "template": []}, "agent_template_empty"),
     ({"kind": "command"}, "agent_template_empty"),
     ({"kind": "command", "template": ["agent", "{prompt}"]}, "agent_template_placeholder_unknown"),
@@ -64,6 +75,13 @@ def test_a_command_template_fills_every_placeholder_once() -> None:
 ])
 def test_bad_workers_are_refused_by_name(doc: Any, code: str) -> None:
     assert refusal_of(doc) == code
+
+
+def test_arguments_that_only_look_like_shell_syntax_are_kept() -> None:
+    # Inside one argument these are data (a URL's query, a regex, a price), not shell syntax.
+    template = ["agent", "--url", "http://h/v1?a=1&b=2", "--re", "a|b$", "--note", "costs $5 (approx.)", "{model}"]
+    assert ArmWorker.from_json({"kind": "command", "template": template}).template == tuple(template)
+    assert ArmWorker.from_json({"kind": "command", "template": ["sh", "run_agent.sh", "{prompt_file}"]}).template
 
 
 def test_the_constructor_refuses_as_strictly_as_from_json() -> None:

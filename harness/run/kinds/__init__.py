@@ -8,20 +8,37 @@ The manual: docs/run.md ("Suite kinds").
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Final
+from typing import Any, Final
 
 from harness.errors import Code, EvalRefusal
 from harness.evals.suite import SUITE_KINDS, suite_kind
 from harness.run.kinds.base import KindHost, SuiteKind
 from harness.run.kinds.completion import CompletionKind
-from harness.run.kinds.repo_task import RepoTaskKind
 
 __all__ = ["KINDS", "KindHost", "SuiteKind", "kind_for"]
 
-KINDS: Final[dict[str, type[SuiteKind]]] = {k.name: k for k in (CompletionKind, RepoTaskKind)}
-"""Every kind by name; adding a kind is one module and one entry here (and in `SUITE_KINDS`)."""
-assert set(KINDS) == set(SUITE_KINDS), "every suite kind has its module"
+_MODULES: Final[dict[str, tuple[str, str]]] = {
+    "completion": ("harness.run.kinds.completion", "CompletionKind"),
+    "repo_task": ("harness.run.kinds.repo_task", "RepoTaskKind"),
+}
+"""Every kind by name: its module and class; adding a kind is one module and one entry here (and in
+`SUITE_KINDS`). A kind's module is imported when a suite of that kind is run (a completion run does
+not import the gated path)."""
+assert set(_MODULES) == set(SUITE_KINDS), "every suite kind has its module"
+
+
+def _kind_class(name: str) -> type[SuiteKind]:
+    module, attr = _MODULES[name]
+    kind: type[SuiteKind] = getattr(importlib.import_module(module), attr)
+    return kind
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KINDS":  # every kind's class by name (imports every kind's module)
+        return {k: _kind_class(k) for k in _MODULES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def kind_for(suite_dir: str) -> SuiteKind:
@@ -33,6 +50,6 @@ def kind_for(suite_dir: str) -> SuiteKind:
     if not os.path.lexists(os.path.join(suite_dir, "SUITE.json")):
         return CompletionKind(suite_dir)
     name = suite_kind(suite_dir)
-    if name not in KINDS:  # pragma: no cover - suite_kind refuses it first
+    if name not in _MODULES:  # pragma: no cover - suite_kind refuses it first
         raise EvalRefusal(Code.SUITE_INVALID, f"no runner for suite kind {name!r}", suite_dir)
-    return KINDS[name](suite_dir)
+    return _kind_class(name)(suite_dir)

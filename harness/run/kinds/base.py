@@ -6,13 +6,16 @@ The manual: docs/run.md ("Suite kinds").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from harness.evidence.clock import Clock
 from harness.prereg.design import RunRules
 from harness.records.plan import PlanCell
 from harness.run.ledger import CellState
 from harness.run.setup import StageSetup
+
+if TYPE_CHECKING:
+    from harness.evals.verify_pool import VerifierPool
 
 __all__ = ["KindHost", "SuiteKind", "VerifyHost"]
 
@@ -47,6 +50,8 @@ class SuiteKind(ABC):
     """How one attempt of a cell is carried out (`attempt`) and how a delivered one is scored (`verify`)."""
 
     name: ClassVar[str]
+    uses_verifier_pool: ClassVar[bool] = False
+    """Whether `verify` checks on the run's warm verifiers (the runner then launches them ahead)."""
 
     def __init__(self, suite_dir: str) -> None:
         self.suite_dir = suite_dir
@@ -57,8 +62,9 @@ class SuiteKind(ABC):
         ...
 
     @abstractmethod
-    def preflight(self) -> list[tuple[str, str]]:
-        """What would keep this kind from judging, as (check, message) pairs (`harness.run.preflight`)."""
+    def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
+        """What would keep this kind from judging, as (check, message) pairs (`harness.run.preflight`);
+        a kind that checks on warm verifiers judges its trial check on one of `verifiers` when given."""
         ...
 
     @abstractmethod

@@ -6,10 +6,13 @@ its records are byte for byte those before kinds existed. The manual: docs/run.m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.run.kinds.base import KindHost, SuiteKind, VerifyHost
 from harness.run.ledger import CellState
+
+if TYPE_CHECKING:
+    from harness.evals.verify_pool import VerifierPool
 
 __all__ = ["CompletionKind"]
 
@@ -18,16 +21,21 @@ class CompletionKind(SuiteKind):
     """One request, one answer, one warm-verifier receipt."""
 
     name = "completion"
+    uses_verifier_pool = True
 
     async def attempt(self, host: KindHost, state: CellState, lane: int) -> dict[str, Any] | None:
         return await host.request_attempt(state, lane)
 
-    def preflight(self) -> list[tuple[str, str]]:
-        """The warm verifier starts and judges a trivial check."""
+    def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
+        """A warm verifier (one of `verifiers`, kept for the run, else one of its own) starts and judges a
+        trivial check."""
+        from contextlib import AbstractContextManager
+
         from harness.evals.verify_humaneval import VerifierUnavailable, WarmVerifier
 
+        lease: AbstractContextManager[WarmVerifier] = WarmVerifier() if verifiers is None else verifiers.lease()
         try:
-            with WarmVerifier() as verifier:
+            with lease as verifier:
                 verdict = verifier.run("def check(candidate):\n    pass\ncheck(None)\n")
         except (VerifierUnavailable, OSError) as exc:
             return [("verifier", f"the verifier does not start: {exc}")]

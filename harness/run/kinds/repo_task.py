@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from harness.errors import Code, Refusal
 from harness.evals.suite import Packet, load_packet
@@ -53,6 +53,9 @@ from harness.run.kinds.base import KindHost, SuiteKind, VerifyHost
 from harness.run.layout import receipt_name
 from harness.run.ledger import CellState
 from harness.workers.arm import ArmWorker
+
+if TYPE_CHECKING:
+    from harness.evals.verify_pool import VerifierPool
 
 __all__ = ["CascadeSystem", "RepoTaskKind", "WorkOrder", "carry_out", "evidence_packet", "tree_diff", "work_folder"]
 
@@ -446,8 +449,9 @@ class RepoTaskKind(SuiteKind):
 
         return {"cascade": systems, "escalate": escalate}
 
-    def preflight(self) -> list[tuple[str, str]]:
-        """Every item checks whole (`check_task_suite`) and the sandbox can run here."""
+    def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
+        """Every item checks whole (`check_task_suite`) and the sandbox can run here (no warm verifiers:
+        `verifiers` is not used)."""
         from harness.evals.tasks import check_task_suite
         from harness.workers.sandbox import resolve_sandbox
 
