@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo demo-ray test bench lint typecheck clean local-model lab
+.PHONY: demo agents-demo demo-ray test bench lint typecheck clean local-model lab
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ lab: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m harness.cli.demo
+
+# The agents demo study (prereg/agents-demo: coding agents on the mutant suite, docs/run.md).
+agents-demo: $(STAMP)
+	$(BIN)/python -m harness.cli.demo --parts 4
 
 # The agents demo study on a local three-node Ray cluster (docs/ray.md, "A demo on one machine").
 demo-ray: $(STAMP)

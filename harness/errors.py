@@ -258,6 +258,9 @@ class Code(StrEnum):
     DRAFT_INVALID = "draft_invalid"
     DRAFT_FOLDER_EXISTS = "draft_folder_exists"
     DRAFT_UNKNOWN_SUITE = "draft_unknown_suite"
+    CASCADE_SYSTEM_UNKNOWN = "cascade_system_unknown"
+    CASCADE_TOO_SHORT = "cascade_too_short"
+    CASCADE_NOT_REPO_TASK = "cascade_not_repo_task"
 
     # preregistration: the preregistration is not frozen, changed or invalid
     PREREG_NOT_FROZEN = "prereg_not_frozen"

@@ -242,10 +242,23 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def part_three(out: Path, seed: int, tmp: Path) -> None:
     """A preregistered study: run notebook, analysis notebook and audit on the frozen prereg/demo."""
-    prereg = REPO / "prereg" / "demo"
-    results = out / "results"
-    stage = "A"
     print("\n\nproctor demo, part 3: the frozen preregistration prereg/demo, stage A, against simulated tiers")
+    _study(out, seed, tmp, REPO / "prereg" / "demo", "A",
+           REPO / "evals" / "humaneval" / "private" / "sim_answers.jsonl", "HumanEval items")
+
+
+def part_four(out: Path, seed: int, tmp: Path, stage: str = "A") -> None:
+    """The agents demo: coding agents on the mutant suite (single shot, feedback, a live cascade), prereg/agents-demo."""
+    print(f"\n\nproctor demo, part 4: the agents demo prereg/agents-demo, stage {stage}: llm-edit single shot, "
+          "with repair turns, and a live cascade on the mutant suite, against simulated tiers")
+    _study(out, seed, tmp, REPO / "prereg" / "agents-demo", stage,
+           REPO / "evals" / "mutants" / "private" / "sim_answers.jsonl", "the mutant tasks")
+
+
+def _study(out: Path, seed: int, tmp: Path, prereg: Path, stage: str, answers: Path, what: str) -> None:
+    """Check, run one stage through the run notebook against the simulator, analyse, audit; print the tables."""
+    results = out / "results"
+    study = json.loads((prereg / "systems.json").read_text())["study"]
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -254,10 +267,9 @@ def part_three(out: Path, seed: int, tmp: Path) -> None:
     print(f"study {r.get('study')}: frozen, unchanged; budget covered: {r['budget']['covered']} "
           f"(what each limit covers: {covers})")
     env = {**os.environ, "PROCTOR_SIM_LATENCY_SCALE": "0.2"}
-    answers = REPO / "evals" / "humaneval" / "private" / "sim_answers.jsonl"
     with simulator(tmp, seed, ("--answers", str(answers)), env) as url:
-        print(f"simulator at {url}, answering HumanEval items (latency scaled by 0.2)")
-        executed = results / "demo" / stage / "run_study.ipynb"
+        print(f"simulator at {url}, answering {what} (latency scaled by 0.2)")
+        executed = results / study / stage / "run_study.ipynb"
         batch = out / "run-batch.json"
         batch.write_text(json.dumps({"jobs": [{
             "notebook": str(REPO / "notebooks" / "run_study.ipynb"), "out": str(executed), "cwd": str(REPO),
@@ -275,11 +287,26 @@ def part_three(out: Path, seed: int, tmp: Path) -> None:
     print("\n".join(r["verdicts"]) or "(no registered comparison)")
     print("\ncheap-first break-even:")
     print("\n".join(r["break_even"]) or "(no cascade)")
+    _live_cascades(results, prereg)
     print(f"\nexecuted analysis notebook {r['notebook']['path']}\nHTML {r['html']['path']}")
     print("figures:\n" + "\n".join(f"  {f['path']}" for f in r["figures"]))
     a = _run("audit: every chain, anchor, receipt, the freeze, the plan and every anchored output",
              ["audit", str(results)], 0)
     print(f"audit: {'intact' if a['ok'] else 'BROKEN'}; {a.get('message') or ''}".rstrip("; "))
+
+
+def _live_cascades(results: Path, prereg: Path) -> None:
+    """Print the live-versus-composed cascade table when the design has a cascade arm."""
+    from harness.analysis.cascade import live_cascades
+    from harness.analysis.study import analyze_study
+
+    table = live_cascades(analyze_study(results, prereg=prereg))
+    if table.height:
+        print("\nlive cascade vs composed (oracle gate), with the measured gate cost v:")
+        print(_table(table.to_dicts(), ["stage", "arm", "cheap", "strong", "n", "escalated", "live_pass_rate",
+                                        "live_mean_cost_usd", "composed_pass_rate", "composed_mean_cost_usd",
+                                        "strong_pass_rate", "b_live", "s_live", "v_usd", "v_s", "gate_false_pass",
+                                        "break_even_q_measured"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("--out", default=str(REPO / "build" / "demo"),
                         help="where part 3 writes its results, notebooks and figures (emptied first)")
-    parser.add_argument("--parts", default="1,2,3", help="which parts to run (comma-separated)")
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run (comma-separated; 4: the agents demo)")
+    parser.add_argument("--agents-stage", default="A", help="the agents demo's stage (part 4): A, or smoke")
+    parser.add_argument("--agents-out", default=str(REPO / "build" / "agents-demo"),
+                        help="where part 4 writes its results, notebooks and figures (emptied first)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="proctor-demo-"))
     started = time.monotonic()
@@ -302,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             part_two(args.model_task, args.seed, tmp)
         if "3" in parts:
             part_three(Path(args.out).resolve(), args.seed, tmp)
+        if "4" in parts:
+            part_four(Path(args.agents_out).resolve(), args.seed, tmp, args.agents_stage)
         print(f"\nproctor demo: done in {time.monotonic() - started:.1f}s")
     finally:
         if args.keep:

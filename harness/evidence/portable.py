@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["PathLeak", "machine_names", "machine_paths", "machine_roots", "portable_value", "shown_path"]
+__all__ = ["PathLeak", "machine_names", "machine_paths", "machine_roots", "portable_text", "portable_value", "shown_path"]
 
 USER_PREFIXES: Final = ("/home/", "/root/", "/Users/", "/tmp/", "/var/folders/", "/private/var/")
 """Folders whose paths name a user or a run on one machine, wherever the check runs."""
@@ -146,3 +146,12 @@ def portable_value(value: Any, names: dict[str, str] | None = None) -> Any:
     if isinstance(value, dict):
         return {k: portable_value(v, roles) for k, v in value.items()}
     return value
+
+
+def portable_text(text: str, names: dict[str, str] | None = None) -> str:
+    """`text` (a program's output) with every occurrence of a machine folder (`machine_names`, longest
+    first) given that folder's role instead: `File "/home/me/repo/x.py"` -> `File "<repo>/x.py"`."""
+    roles = machine_names() if names is None else names
+    for root, role in sorted(roles.items(), key=lambda kv: (-len(kv[0]), kv[0])):
+        text = re.sub(re.escape(root) + rf"(?!{_PATH_CHARS})", role.replace("\\", "\\\\"), text)
+    return text

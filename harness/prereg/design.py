@@ -57,6 +57,13 @@ class Arm:
     temperature: float | None = None
     worker: ArmWorker | None = None
     """The arm's own worker on a `repo_task` suite (None: the system's catalog worker; docs/prereg.md)."""
+    cascade: tuple[str, ...] | None = None
+    """A live cascade's systems, cheapest first (docs/prereg.md, "Cascade arms"); None: a single-system arm."""
+
+    def entry(self, slot: str) -> bool:
+        """Whether the plan runs this arm under system `slot`: every system for a single-system arm, only the
+        cascade's first for a cascade."""
+        return self.cascade is None or self.cascade[0] == slot
 
 
 @dataclass(frozen=True)
@@ -249,6 +256,20 @@ def _worker(doc: Any, where: str, path: str) -> ArmWorker:
         raise Refusal(exc.code, f"{where}: {exc.message}", path) from None
 
 
+def _cascade(value: Any, where: str, r: _Reader, slots: set[str]) -> tuple[str, ...]:
+    """A cascade's systems: at least two different registered slots, cheapest first."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise r.bad(f"{where} must be a list of system slots")
+    if len(value) < 2 or len(set(value)) != len(value):
+        raise PreregRefusal(Code.CASCADE_TOO_SHORT, f"{where} must name at least two different systems (a cascade "
+                            f"of one system is a single-system arm): {value!r}", r.path)
+    unknown = [v for v in value if v not in slots]
+    if unknown:
+        raise PreregRefusal(Code.CASCADE_SYSTEM_UNKNOWN, f"{where} names unknown systems: {', '.join(unknown)} "
+                            f"(registered: {', '.join(sorted(slots))})", r.path)
+    return tuple(value)
+
+
 def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
     """Validate a decoded design; impossible budgets and dangling references are refused."""
     r = _Reader(path)
@@ -282,7 +303,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
     arms: list[Arm] = []
     for i, entry in enumerate(r.array(doc, "arms")):
         where = f"arms[{i}]"
-        r.keys(entry, where, {"id", "template", "temperature", "worker"}, {"id", "template"})
+        r.keys(entry, where, {"id", "template", "temperature", "worker", "cascade"}, {"id", "template"})
         template = r.text(entry["template"], f"{where}.template")
         if "{prompt}" not in template:
             raise r.bad(f"{where}.template must contain {{prompt}}")
@@ -292,6 +313,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
             template=template,
             temperature=None if temperature is None else r.number(temperature, f"{where}.temperature", low=0.0, high=2.0),
             worker=None if "worker" not in entry else _worker(entry["worker"], f"{where}.worker", path),
+            cascade=None if "cascade" not in entry else _cascade(entry["cascade"], f"{where}.cascade", r, set(slots)),
         ))
     arm_ids = [a.id for a in arms]
     if len(set(arm_ids)) != len(arm_ids):
@@ -314,6 +336,14 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
         ))
     if len({s.id for s in stages}) != len(stages):
         raise r.bad("two stages share an id")
+    for st in stages:
+        for arm_id in st.arms:
+            cascade = next(a for a in arms if a.id == arm_id).cascade
+            missing = [] if cascade is None else [slot for slot in cascade if slot not in st.systems]
+            if missing:
+                raise PreregRefusal(Code.CASCADE_SYSTEM_UNKNOWN, f"stage {st.id} runs cascade arm {arm_id}, but not its "
+                                    f"systems {', '.join(missing)} (its cells are planned under the first, and "
+                                    "every step counts against its own system's cap)", path)
 
     b = r.table(doc, "budgets", {"reserve_per_item_usd", "overall_cap_usd", "ceiling_margin_usd", "spend_before_usd"},
                 required={"reserve_per_item_usd", "overall_cap_usd", "ceiling_margin_usd", "spend_before_usd"})
@@ -368,6 +398,9 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
         arm = r.ident(entry["arm"], f"{where}.arm")
         if arm not in arm_ids:
             raise r.bad(f"{where}.arm names an unknown arm")
+        if next(x for x in arms if x.id == arm).cascade is not None:
+            raise r.bad(f"{where}.arm {arm} is a cascade: it runs once per item, not once per system (its analysis "
+                        "is the live-versus-composed table, docs/analysis.md)")
         pair = (frozenset((cmp_a, cmp_b)), arm)
         if pair in compared:
             raise r.bad(f"{where} repeats an earlier comparison of {cmp_a} and {cmp_b} on arm {arm}")

@@ -278,6 +278,11 @@ def resolve_packet(design: Design) -> tuple[int, str]:
 
         check_task_suite(os.path.dirname(design.packet_path))
     else:
+        cascades = [a.id for a in design.arms if a.cascade is not None]
+        if cascades:
+            raise PreregRefusal(Code.CASCADE_NOT_REPO_TASK,
+                                f"arms {', '.join(cascades)} are cascades, but suite {design.suite_name!r} is not a "
+                                "repo_task suite: a cascade gates on an item's visible tests", design.path)
         named = [a.id for a in design.arms if a.worker is not None]
         if named:
             raise Refusal(Code.ARM_WORKER_NOT_REPO_TASK,

@@ -263,7 +263,9 @@ def build_plan(
             model = bodies.models[slot]
             order = permutation(seed, f"items:{block.stage}:{slot}", block.items)
             for lane, position, item in _lanes(order, design.run.lanes_per_system):
-                arms = permutation(seed, f"arms:{block.stage}:{slot}:{item}", block.arms)
+                # A cascade arm runs once per item, under its first system (docs/prereg.md, "Cascade arms").
+                arms = permutation(seed, f"arms:{block.stage}:{slot}:{item}",
+                                   tuple(a for a in block.arms if design.arm(a).entry(slot)))
                 for arm_position, arm_id in enumerate(arms):
                     prompt = apply_template(design.arm(arm_id).template, items[item].prompt)
                     body, body_sha = bodies.body(system, arm_id, prompt, item)

@@ -15,15 +15,63 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
 from harness.errors import Code
-from harness.records._shape import Fields, kind_is, read, write
+from harness.records._shape import Fields, keys_of, kind_is, read, write
 
-__all__ = ["TASK_RECEIPT_SCHEMA", "WORK_FILES", "WORK_KIND", "AttemptWork", "TaskReceipt"]
+__all__ = ["TASK_RECEIPT_SCHEMA", "WORK_FILES", "WORK_KIND", "AttemptWork", "CascadeGate", "CascadeStep",
+           "CascadeWork", "TaskReceipt", "step_wire"]
 
 WORK_KIND: Final = "repo-task-work.v1"
 TASK_RECEIPT_SCHEMA: Final = "proctor-task-receipt.v1"
-WORK_FILES: Final = ("diff.patch", "verify.json", "wire.jsonl")
+WORK_FILES: Final = ("diff.patch", "verify.json", "wire.jsonl", "wire.s2.jsonl", "wire.s3.jsonl", "wire.s4.jsonl",
+                     "gate.s1.output", "gate.s2.output", "gate.s3.output")
 """The files a work folder may keep: the worker's diff against the snapshot, the gate's receipt (machine
-paths made portable), and the metering proxy's wire log of every model request the worker made."""
+paths made portable), and the metering proxy's wire log of every model request the worker made; a live
+cascade keeps one wire log per step (its first step's is `wire.jsonl`, step n's `wire.s<n>.jsonl`) and
+the output of each visible-test gate it ran (`gate.s<n>.output`)."""
+
+
+def step_wire(step: int) -> str:
+    """The work file holding a cascade step's wire log (step 1's is the attempt's `wire.jsonl`)."""
+    return "wire.jsonl" if step == 1 else f"wire.s{step}.jsonl"
+
+
+@dataclass(frozen=True)
+class CascadeGate:
+    """The visible-test gate after a cascade step: its verdict and its own cost (v's time part)."""
+
+    passed: bool
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    output_sha256: str
+
+
+@dataclass(frozen=True)
+class CascadeStep:
+    """One system's step of a live cascade: its dispatch, what it spent, and the gate after it (if any)."""
+
+    system: str
+    model: str
+    dispatch_id: str | None
+    exit_code: int | None
+    timed_out: bool
+    exchanges: int
+    cost_usd: float | None
+    """The step's metered spend (None: unknown); the attempt's `cost_usd` is the sum over steps."""
+    wire: str | None
+    """Its wire log's name in the work folder (`step_wire`), or None when it made no request."""
+    budget_stop: bool
+    gate: CascadeGate | None
+    """The visible-test gate on the tree it left; None for the last step (its tree is judged by the hidden tests)."""
+
+
+@dataclass(frozen=True)
+class CascadeWork:
+    """A live cascade attempt (docs/run.md, "Cascade arms"): the systems it was declared with and the steps
+    that ran, cheapest first; the attempt's verdict is the hidden tests' on the tree the last step left."""
+
+    systems: tuple[str, ...]
+    steps: tuple[CascadeStep, ...]
 
 
 @dataclass(frozen=True)
@@ -48,9 +96,11 @@ class AttemptWork:
     queued_s: float
     """Seconds from its admission to its work starting (part of its `latency_s`; older runs waited here for
     the runner's one gated path at a time)."""
+    cascade: CascadeWork | None = None
+    """A live cascade's steps (absent for a single-system arm)."""
 
     def to_json(self) -> dict[str, Any]:
-        return write(self)
+        return write(self, omit_none=frozenset({"cascade"}))
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], path: str | None = None, line: int | None = None) -> AttemptWork:
@@ -61,7 +111,28 @@ class AttemptWork:
                 raise f.bad(f"work.files: {name!r} is not one of {', '.join(WORK_FILES)} with a sha256")
         if not work.folder.startswith("work/") or ".." in work.folder.split("/"):
             raise f.bad("work.folder must lie under work/ in the stage folder")
+        if work.cascade is not None:
+            _check_cascade(obj["cascade"], f)
         return work
+
+
+def _exact(obj: Mapping[str, Any], cls: type, where: str, f: Fields) -> None:
+    keys = set(keys_of(cls).values())
+    if set(obj) != keys:
+        raise f.bad(f"{where} must hold exactly {', '.join(sorted(keys))}")
+
+
+def _check_cascade(doc: Mapping[str, Any], f: Fields) -> None:
+    """A cascade's nested objects hold exactly their fields, at least one step, each wire log a work file."""
+    _exact(doc, CascadeWork, "work.cascade", f)
+    if not doc["steps"] or len(doc["steps"]) > len(doc["systems"]):
+        raise f.bad("work.cascade.steps must hold one step per system that ran (at least one)")
+    for i, step in enumerate(doc["steps"], start=1):
+        _exact(step, CascadeStep, f"work.cascade.steps[{i - 1}]", f)
+        if step["wire"] not in (None, step_wire(i)):
+            raise f.bad(f"work.cascade.steps[{i - 1}].wire must be {step_wire(i)!r} or null")
+        if step["gate"] is not None:
+            _exact(step["gate"], CascadeGate, f"work.cascade.steps[{i - 1}].gate", f)
 
 
 @dataclass(frozen=True)

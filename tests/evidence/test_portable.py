@@ -44,3 +44,14 @@ def test_paths_are_shown_relative_to_a_base(tmp_path: Path) -> None:
     assert shown_path(tmp_path / "results" / "s" / "A", tmp_path) == "results/s/A"
     assert shown_path(tmp_path, tmp_path) == "."
     assert shown_path("/elsewhere/deep/prereg/x", tmp_path) == "prereg/x"  # outside: its last two parts only
+
+
+def test_portable_text_names_machine_folders_inside_a_program_output() -> None:
+    from harness.evidence.portable import portable_text
+
+    names = {"/root": "<home>", "/root/.pyenv/versions/3.11.7": "<python-base>", "/tmp/proctor-attempt-x": "<attempt>"}
+    text = ('File "/root/.pyenv/versions/3.11.7/lib/re/__init__.py", line 185\n'
+            "/tmp/proctor-attempt-x/task/workspace/a.py:3: AssertionError\n/rootless/x /root")
+    assert portable_text(text, names) == (
+        'File "<python-base>/lib/re/__init__.py", line 185\n'
+        "<attempt>/task/workspace/a.py:3: AssertionError\n/rootless/x <home>")

@@ -14,11 +14,19 @@ def test_agents_demo_is_frozen_valid_and_plans_the_same_bytes_twice(tmp_path: Pa
     result = run_proctor("prereg", "check", str(AGENTS_DEMO))
     assert result.code == 0, result.out
     assert result.out["study"] == "agents-demo" and result.out["frozen"]
-    # budgets cover the worst case; the one warning is the honest one: 4 toy tasks cannot power a comparison
-    assert [w.split(":")[0] for w in result.out["warnings"]] == ["comparison middle vs strong on single-shot"]
+    # budgets cover the expected case (notional prices; each system's cap and the ceiling say so), and 8 mutant
+    # tasks cannot power a comparison: the honest warnings
+    assert [w.split(":")[0] for w in result.out["warnings"]] == [
+        "system cheap", "system middle", "system strong", "ceiling",
+        "the systems' caps add up to more than the overall cap", "comparison middle vs strong on single-shot"]
+    assert result.out["budget"]["covered"]
+    (amendment,) = result.out["frozen"]["amendments"]  # the move to the mutant suite, before any stage ran
+    assert sorted(c["path"] for c in amendment["changed"]) == ["PREREG.md", "design.toml"]
     outs = []
     for name in ("one.jsonl", "two.jsonl"):
         planned = run_proctor("plan", str(AGENTS_DEMO), "--scope", "@stages", "--out", str(tmp_path / name))
-        assert planned.code == 0 and planned.out["requests"] == 12, planned.out
+        # stage smoke: 2 items x (2 systems x single-shot + the cascade once); stage A: 8 items x (3 systems x
+        # 2 arms + the cascade once, under cheap)
+        assert planned.code == 0 and planned.out["requests"] == 2 * 3 + 8 * 7, planned.out
         outs.append((tmp_path / name).read_bytes())
     assert outs[0] == outs[1]

@@ -13,10 +13,10 @@ from typing import Any
 from harness.audit.oracle.base import CheckBase, close, file_bytes
 from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
-from harness.meter.cost import meter, total_cost
+from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.pricing import Price
 from harness.meter.wire import read_wire
-from harness.records.work import AttemptWork
+from harness.records.work import AttemptWork, step_wire
 
 __all__ = ["WorkRules", "work_paths"]
 
@@ -62,6 +62,9 @@ class WorkRules(CheckBase):
                 if data is None or sha256_hex(data) != digest:
                     self.p(f"{work.folder}/{name}", None, "work", f"missing, or not the file attempts.jsonl line "
                            f"{line} recorded (sha256 {digest[:16]})")
+            if work.cascade is not None:
+                self._check_cascade(line, rec, work, where, prices)
+                continue
             if "wire.jsonl" not in work.files:
                 if work.exchanges != 0 or (rec["cost_usd"] != "unknown" and rec["cost_usd"] != 0):
                     self.p("attempts.jsonl", line, "work", "an attempt without a wire log must have no exchanges "
@@ -79,11 +82,59 @@ class WorkRules(CheckBase):
                 continue
             system = self.requests[rec["run_id"]].system
             metered = total_cost(meter(w.usage, prices.get(system)) for w in wire if w.sent)  # a stop cost $0
-            cost = rec["cost_usd"]
-            if (metered.total is None) != (cost == "unknown") or (
-                    metered.total is not None and not close(float(cost), metered.total)):
-                self.p("attempts.jsonl", line, "work", f"cost_usd {cost!r} is not the metered sum of its wire log "
-                       f"({'unknown' if metered.total is None else metered.total})")
+            self._check_cost(line, rec["cost_usd"], metered, "its wire log")
+
+    def _check_cost(self, line: int, cost: Any, metered: Cost, what: str) -> None:
+        if (metered.total is None) != (cost == "unknown") or (
+                metered.total is not None and not close(float(cost), metered.total)):
+            self.p("attempts.jsonl", line, "work", f"cost_usd {cost!r} is not the metered sum of {what} "
+                   f"({'unknown' if metered.total is None else metered.total})")
+
+    def _check_cascade(self, line: int, rec: dict[str, Any], work: AttemptWork, where: str,
+                       prices: dict[str, Price | None] | None) -> None:
+        """A live cascade: its first system is the cell's, its steps run its systems in order, a step after a
+        passed gate never runs, each step's wire log holds its exchanges, and the attempt's cost is the sum of
+        every step's wire metered at that step's system's price (docs/oracle.md, rule `work`)."""
+        assert work.cascade is not None
+        c = work.cascade
+        cell = self.requests[rec["run_id"]].system
+        ran = tuple(s.system for s in c.steps)
+        if not c.systems or c.systems[0] != cell or ran != c.systems[:len(ran)]:
+            self.p("attempts.jsonl", line, "work", f"the cascade's steps {list(ran)} do not run its systems "
+                   f"{list(c.systems)} in order from the cell's system {cell}")
+            return
+        for step in c.steps[:-1]:
+            if step.gate is None or step.gate.passed:
+                self.p("attempts.jsonl", line, "work", f"cascade step {step.system} is followed by another without "
+                       "a failed gate")
+        costs: list[Cost] = []
+        held = 0
+        for number, step in enumerate(c.steps, start=1):
+            if step.wire is None:
+                if step.exchanges != 0 or step.cost_usd not in (0, 0.0):
+                    self.p("attempts.jsonl", line, "work", f"cascade step {step.system} without a wire log must "
+                           "have no exchanges and cost 0")
+                continue
+            if step.wire != step_wire(number) or step.wire not in work.files:
+                self.p("attempts.jsonl", line, "work", f"cascade step {number} names wire log {step.wire!r}")
+                continue
+            try:
+                wire = read_wire(os.path.join(where, step.wire))
+            except (Refusal, OSError) as exc:
+                self.p(f"{work.folder}/{step.wire}", None, "work", f"the wire log does not verify: {exc}")
+                return
+            held += len(wire)
+            if len(wire) != step.exchanges:
+                self.p("attempts.jsonl", line, "work", f"cascade step {step.system}: {step.exchanges} exchanges "
+                       f"recorded, its wire log holds {len(wire)}")
+            if prices is not None:
+                costs.append(total_cost(meter(w.usage, prices.get(step.system)) for w in wire if w.sent))
+        if held != work.exchanges:
+            self.p("attempts.jsonl", line, "work", f"{work.exchanges} exchanges recorded, the cascade's wire logs "
+                   f"hold {held}")
+        if prices is not None:
+            self._check_cost(line, rec["cost_usd"], total_cost(costs) if costs else Cost(0.0),
+                             "its steps' wire logs, each at its system's price")
 
     def check_work_verdicts(self, records: list[tuple[int, dict[str, Any]]]) -> None:
         """A delivered final of a work attempt carries the work's verdict."""

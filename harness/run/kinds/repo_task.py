@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,7 +34,7 @@ from harness.evidence.fsutil import atomic_write
 from harness.evidence.git import run_git
 from harness.evidence.jsonio import canonical_line, read_bytes, read_json, sha256_hex
 from harness.evidence.money import sum_costs
-from harness.evidence.portable import machine_names, portable_value
+from harness.evidence.portable import machine_names, portable_text, portable_value
 from harness.evidence.tree import tree_signature
 from harness.meter.allowance import Allowance
 from harness.meter.cost import Cost, meter, total_cost
@@ -43,7 +44,14 @@ from harness.providers.catalog import BUNDLED_CATALOG
 from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_attempt
 from harness.records.plan import PlanCell
 from harness.records.usage import TokenUsage
-from harness.records.work import AttemptWork, TaskReceipt
+from harness.records.work import (
+    AttemptWork,
+    CascadeGate,
+    CascadeStep,
+    CascadeWork,
+    TaskReceipt,
+    step_wire,
+)
 from harness.run.kinds.base import KindHost, RemoteWork, SuiteKind, VerifyHost
 from harness.run.layout import receipt_name
 from harness.run.ledger import CellState
@@ -52,8 +60,8 @@ from harness.workers.arm import ArmWorker
 if TYPE_CHECKING:
     from harness.evals.verify_pool import VerifierPool
 
-__all__ = ["RepoTaskKind", "WorkOrder", "carry_out", "checkout", "keep_work", "node_work", "perform", "perform_on_node",
-           "tree_diff", "work_folder"]
+__all__ = ["CascadeSystem", "RepoTaskKind", "WorkOrder", "carry_out", "checkout", "evidence_packet", "keep_work",
+           "node_work", "perform", "perform_on_node", "tree_diff", "work_folder"]
 
 log = logging.getLogger("harness.run.kinds.repo_task")
 PROVIDER_FAILURE_EXIT: Final = 75
@@ -94,6 +102,20 @@ class WorkOrder:
     sandbox: str | None = None
     """The sandbox the dispatch and the verify run in (the ray engine's, on a node); None: `PROCTOR_SANDBOX`,
     else bwrap, as a local run."""
+    cascade: tuple[CascadeSystem, ...] = ()
+    """A live cascade's systems, cheapest first (empty: a single-system arm, the cell's system)."""
+    escalate: Callable[[str, float], Allowance | None] | None = None
+    """A cascade's allowance for its next system, given that system and what the steps before it spent."""
+
+
+@dataclass(frozen=True)
+class CascadeSystem:
+    """One system of a live cascade as its step needs it: slot, catalog model id, upstream URL, price."""
+
+    system: str
+    model: str
+    upstream: str
+    price: Price | None
 
 
 def _files(root: str) -> dict[str, str]:
@@ -225,12 +247,35 @@ def perform_on_node(order: WorkOrder, driver_checkout: str,
                 os.environ[name] = value
 
 
+def _found_wire(state: str, taken: Sequence[str | None]) -> str | None:
+    """The wire log of a refused dispatch (it returns no result): the first in `state` that has one and is not
+    an earlier step's (`taken`)."""
+    root = os.path.join(state, "dispatches")
+    if not os.path.isdir(root):
+        return None
+    found = [os.path.join(root, d, "wire.jsonl") for d in sorted(os.listdir(root))]
+    return next((w for w in found if os.path.lexists(w) and w not in taken), None)
+
+
+def evidence_packet(system: str, gate: CascadeGate, output: bytes) -> str:
+    """What the next system of a cascade is told after a failed gate: the end of the visible tests' output
+    (`EVIDENCE_TAIL` characters; the gate never lays the hidden tests, so none of them can show in it)."""
+    from harness.gate.visible import EVIDENCE_TAIL
+
+    how = "timed out" if gate.timed_out else f"failed (exit {gate.exit_code})"
+    tail = output.decode("utf-8", "replace")[-EVIDENCE_TAIL:]
+    return (f"\n\n## Evidence from an earlier attempt\n\nA cheaper system ({system}) worked on this task first; "
+            f"its changes are in the workspace. On its tree the visible tests {how}. The end of their output:\n\n"
+            f"```text\n{tail}\n```\n")
+
+
 def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The attempt's work, written nowhere but a temporary folder: (its attempt record, its work files by
     name). `carry_out` keeps the files; the ray engine runs this on a node (`perform_on_node`)."""
     from harness.gate.dispatch import dispatch
     from harness.gate.initialize import init_workspace
     from harness.gate.verify import verify
+    from harness.gate.visible import gate_visible
 
     r = order.cell
     folder = work_folder(r.run_id, order.rerun, order.attempt)
@@ -238,13 +283,19 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
     ws, state = os.path.join(tmp, "workspace"), os.path.join(tmp, "state")
     names = {os.path.realpath(tmp): "<attempt>", tmp: "<attempt>", **machine_names()}
     files: dict[str, bytes] = {}
-    wire: str | None = None
     result: Any = None
     refusal: str | None = None
     passed: bool | None = None
     error: tuple[str, str] | None = None
     task_path = order.task_path or os.path.join(tmp, "task", "task.json")
     before = order.snapshot if order.task_path is not None else os.path.join(tmp, "before")
+    systems = order.cascade or (CascadeSystem(r.system, r.model, order.upstream, order.price),)
+    steps: list[CascadeStep] = []
+    costs: list[Cost] = []
+    tokens: TokenUsage | None = TokenUsage()
+    exchanges, snapshot, last_error = 0, None, None
+    wires: list[str | None] = []
+    began = 0.0
     try:
         try:
             if order.task_path is not None:
@@ -262,34 +313,70 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
             init_workspace(ws, task_path, state)
         except (Refusal, OSError, VerifierUnavailable) as exc:
             error = ("harness_error", f"the workspace could not be set up: {exc}")
-        if error is None:
+        prompt, spent = r.prompt, 0.0
+        for number, system in enumerate(systems if error is None else (), start=1):
+            allowance = order.allowance
+            if number > 1 and order.escalate is not None:
+                allowance = order.escalate(system.system, spent)
+            # the attempt deadline runs from the first dispatch (the gate's time counts against later steps)
+            began = time.monotonic() if number == 1 else began
+            left = order.deadline_s if number == 1 else order.deadline_s - (time.monotonic() - began)
+            if number > 1 and left <= 1.0:
+                break  # no time left for the next system: the tree the last step left is judged
+            wire: str | None = None
+            result = None
             try:
-                result = dispatch(ws, task_path, state_dir=state, model=r.model,
-                                  catalog_path=order.catalog_path, upstream_url=order.upstream,
-                                  timeout_s=order.deadline_s, prompt_text=r.prompt, worker=order.worker,
-                                  allowance=order.allowance, sandbox=order.sandbox)
+                result = dispatch(ws, task_path, state_dir=state, model=system.model,
+                                  catalog_path=order.catalog_path, upstream_url=system.upstream,
+                                  timeout_s=left, prompt_text=prompt, worker=order.worker, allowance=allowance,
+                                  sandbox=order.sandbox)
                 wire = result.wire_log
             except Refusal as exc:
                 if exc.code in (Code.STATE_TAMPERED, Code.GIT_DIR_CHANGED):
                     refusal, passed = exc.code.value, False  # the worker's doing: judged, not passed
                 else:
                     error = ("harness_error", f"the dispatch was refused: {exc.code.value}: {exc.message}")
-                found = [os.path.join(state, "dispatches", d, "wire.jsonl")
-                         for d in sorted(os.listdir(os.path.join(state, "dispatches")))] \
-                    if os.path.isdir(os.path.join(state, "dispatches")) else []
-                wire = next((w for w in found if os.path.lexists(w)), None)
-        cost, tokens, exchanges, snapshot, last_error = _metered(wire, order.price)
-        if wire is not None and os.path.lexists(wire):
-            files["wire.jsonl"] = read_bytes(wire)
-        provider_failed = result is not None and result.process.exit_code == PROVIDER_FAILURE_EXIT
-        if error is None and result is not None and result.budget_stop:  # stopped by its allowance: not judged
-            assert order.allowance is not None
-            error = ("budget_stop", f"the metering proxy stopped a request that could cross the attempt's allowance "
-                                    f"${order.allowance.limit_usd:.6g} (its system's cap or the ceiling)")
-        elif error is None and provider_failed:
-            code = last_error if last_error in PROVIDER_ERROR_CODES else "transport" if exchanges == 0 else "malformed_response"
-            error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); last request: {last_error}")
-        elif error is None and refusal is None:
+                wire = _found_wire(state, wires)
+            wires.append(wire)
+            cost, used, made, model_snapshot, step_error = _metered(wire, system.price)
+            costs.append(cost)
+            spent += cost.total or 0.0
+            tokens = None if tokens is None or used is None else tokens + used
+            exchanges += made
+            snapshot, last_error = model_snapshot or snapshot, step_error if made else last_error
+            if wire is not None and os.path.lexists(wire):
+                files[step_wire(number)] = read_bytes(wire)
+            provider_failed = result is not None and result.process.exit_code == PROVIDER_FAILURE_EXIT
+            if error is None and result is not None and result.budget_stop:  # stopped by its allowance: not judged
+                assert allowance is not None
+                error = ("budget_stop", f"the metering proxy stopped a request that could cross the attempt's "
+                                        f"allowance ${allowance.limit_usd:.6g} (its system's cap or the ceiling)")
+            elif error is None and provider_failed:
+                code = (last_error if last_error in PROVIDER_ERROR_CODES else
+                        "transport" if exchanges == 0 else "malformed_response")
+                error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); "
+                                    f"last request: {last_error}")
+            gate: CascadeGate | None = None
+            if error is None and refusal is None and order.cascade and number < len(systems):
+                try:
+                    seen = gate_visible(ws, task_path, state)
+                except Refusal as exc:  # what the worker left cannot even be gated: judged, not passed
+                    refusal, passed = exc.code.value, False
+                else:  # kept, and shown to the next system, without this machine's folders
+                    shown = portable_text(seen.output.decode("utf-8", "replace"), names).encode("utf-8")
+                    files[f"gate.s{number}.output"] = shown
+                    gate = CascadeGate(passed=seen.passed, exit_code=seen.exit_code, timed_out=seen.timed_out,
+                                       duration_s=seen.duration_s, output_sha256=sha256_hex(shown))
+                    prompt = r.prompt + evidence_packet(system.system, gate, shown)
+            steps.append(CascadeStep(
+                system=system.system, model=system.model, dispatch_id=None if result is None else result.dispatch_id,
+                exit_code=None if result is None else result.process.exit_code,
+                timed_out=bool(result is not None and result.process.timed_out), exchanges=made,
+                cost_usd=cost.total, wire=step_wire(number) if step_wire(number) in files else None,
+                budget_stop=bool(result is not None and result.budget_stop), gate=gate))
+            if gate is None or gate.passed:
+                break
+        if error is None and refusal is None:
             try:
                 verdict = verify(ws, task_path, state, sandbox=order.sandbox)
             except Refusal as exc:  # what the worker left cannot be verified: not passed
@@ -301,6 +388,7 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
             files["diff.patch"] = tree_diff(before, ws)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    cost = costs[0] if len(costs) == 1 else total_cost(costs) if costs else Cost(0.0)
     work = AttemptWork(
         kind="repo-task-work.v1", folder=folder, dispatch_id=None if result is None else result.dispatch_id,
         exit_code=None if result is None else result.process.exit_code,
@@ -308,6 +396,8 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
         provider_failure=bool(result is not None and result.provider_failure), exchanges=exchanges,
         files={name: sha256_hex(data) for name, data in sorted(files.items())}, passed=passed, refusal=refusal,
         queued_s=round(order.queued_s, 6),
+        cascade=None if not order.cascade else CascadeWork(systems=tuple(s.system for s in order.cascade),
+                                                           steps=tuple(steps)),
     )
     outcome: dict[str, Any] = ({"outcome": "delivered", "text": None} if error is None else
                                {"outcome": "error", "error_code": error[0], "error_message": error[1]})
@@ -381,7 +471,7 @@ class RepoTaskKind(SuiteKind):
             "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder,
             "worker": host.s.design.arm(r.arm).worker,
             "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd),
-            "queued_s": queued_s}
+            "queued_s": queued_s, **self._cascade(host, r, room_usd)}
         if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
             return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="", **common)
         if item.workspace is None or not isinstance(private.get("task"), str):
@@ -396,6 +486,29 @@ class RepoTaskKind(SuiteKind):
                 raise VerifierUnavailable(f"item {r.item}: hidden input {h['from']} is not the one the suite sealed")
         return WorkOrder(task_path=task_path, snapshot=os.path.join(self.root, item.workspace),
                          snapshot_tree=str(item.metadata.get("workspace_tree")), **common)
+
+    def _cascade(self, host: KindHost, r: PlanCell, room_usd: float | None) -> dict[str, Any]:
+        """A cascade arm's systems and its escalation allowance (docs/run.md, "Cascade arms").
+
+        The whole attempt is booked to the cell's system (the cascade's first) and the ceiling, so a later
+        step may spend what the first left of the attempt's room; it may also never spend more than its own
+        system's room now (its cap and the ceiling)."""
+        cascade = host.s.design.arm(r.arm).cascade
+        if cascade is None:
+            return {}
+        systems = tuple(CascadeSystem(slot, host.s.models[slot].id, host.s.base_urls[slot], host.s.prices[slot])
+                        for slot in cascade)
+        if room_usd is None:
+            return {"cascade": systems}
+        first = room_usd
+
+        def escalate(system: str, spent: float) -> Allowance:
+            # room_now counts the asking attempt as one of the system's own; this one is under way under the first
+            # system, so its reserve is taken off (at worst one reserve too careful at the ceiling).
+            own = host.room_now(system) - host.s.design.budgets.reserve_per_item_usd
+            return self.allowance(host, system, max(0.0, min(first - spent, own)))
+
+        return {"cascade": systems, "escalate": escalate}
 
     def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
         """Every item checks whole (`check_task_suite`) and the sandbox can run here (no warm verifiers:
