@@ -138,39 +138,59 @@ def test_a_node_without_bwrap_refuses_naming_it_unless_the_sandbox_is_none(
 def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
     url = sim([system("sim-flash", 1.0, latency=0.6), system("sim-glm", 0.0, latency=0.6)], latency_scale=1.0)
     folder_p = prereg(tmp_path, retries=1)
-    lost = 0
-    for round_ in range(3):  # bounded: the kill waits for a slot in use, so the first round catches one
-        # many slots on the new node: Ray's scheduler places work on the least used node, so most attempts
-        # land on the one that is killed (the other nodes take the retries)
-        node = cluster.add_node(**_node_args(resources={SLOT_RESOURCE: 16}))
-        cluster.wait_for_nodes()
-        results = tmp_path / f"results-{round_}"
-        folder = results / "rt" / "A"
-        out: list[Any] = []
-        worker = threading.Thread(target=_run_into, args=(out, folder_p, results, urls(url)))
-        worker.start()
+    node = cluster.add_node(**_node_args(resources={SLOT_RESOURCE: 4}))
+    cluster.wait_for_nodes()
+    # every other node's slots held by a placeholder: the stage's first attempts can run only on the node that
+    # is killed; the holds are let go at the kill, so the retries run elsewhere
+    holds = _hold_slots_except(node.node_id)
+    results = tmp_path / "results"
+    folder = results / "rt" / "A"
+    out: list[Any] = []
+    worker = threading.Thread(target=_run_into, args=(out, folder_p, results, urls(url)))
+    worker.start()
+    try:
         _wait_events(folder, "intent", 3)
-        _wait_slot_in_use(node.node_id, of=16)  # an attempt of ours is under way on the node now
+        _wait_slot_in_use(node.node_id, of=4)  # an attempt of ours is under way on the node now
         cluster.remove_node(node, allow_graceful=False)  # kill -9 of the node's processes
-        worker.join(300)
-        assert not worker.is_alive() and out, "the stage did not end"
-        summary = out[0]
-        assert summary.exit_code == 0 and summary.complete, summary.to_json()
-        got = logs(folder)
-        assert run_problems(folder, prereg_dir=folder_p) == []
-        assert len(got["finals"]) >= 12 and sum(f["action"] == "stand" for f in got["finals"]) == 12
-        intents = [e for e in got["run"] if e["event"] == "intent"]
-        keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
-        assert len(keys) == len(set(keys)) == len(intents)  # every intent resolved once, nothing twice
-        lost = sum(a.get("error_code") == "runner_lost" for a in got["attempts"])
-        if lost:
-            report = build_report(folder, prereg_dir=folder_p)
-            assert report.summary["standing"] == 12 and report.summary["passed"] == 6
-            break
-    assert lost, "no kill caught an attempt under way in three rounds"
+    finally:
+        for hold in holds:
+            ray.kill(hold)
+    worker.join(300)
+    assert not worker.is_alive() and out, "the stage did not end"
+    summary = out[0]
+    assert summary.exit_code == 0 and summary.complete, summary.to_json()
+    got = logs(folder)
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    assert len(got["finals"]) >= 12 and sum(f["action"] == "stand" for f in got["finals"]) == 12
+    intents = [e for e in got["run"] if e["event"] == "intent"]
+    keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
+    assert len(keys) == len(set(keys)) == len(intents)  # every intent resolved once, nothing twice
+    assert any(a.get("error_code") == "runner_lost" for a in got["attempts"])  # the kill caught attempts under way
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["standing"] == 12 and report.summary["passed"] == 6
 
 
-def _wait_slot_in_use(node_id: str, of: int, within_s: float = 30.0) -> None:
+class _Hold:
+    """A placeholder actor that holds proctor slots of one node while it lives."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def _hold_slots_except(node_id: str) -> list[Any]:
+    """Hold every proctor slot of every live node but `node_id`; the placeholders, once all are placed."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    holder = ray.remote(num_cpus=0)(_Hold)
+    holds = [holder.options(resources={SLOT_RESOURCE: n["Resources"][SLOT_RESOURCE]},
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+             for n in ray.nodes()
+             if n["Alive"] and n["NodeID"] != node_id and n["Resources"].get(SLOT_RESOURCE)]  # fmt: skip
+    ray.get([h.ready.remote() for h in holds], timeout=120)
+    return holds
+
+
+def _wait_slot_in_use(node_id: str, of: int, within_s: float = 60.0) -> None:
     """Until Ray reports one of the node's `of` proctor slots taken (a provider call of ours running there)."""
     from ray._private.state import available_resources_per_node
 
