@@ -82,10 +82,11 @@ def test_it_continues_a_log_and_a_chained_log_continues_after_it(tmp_path: Path)
 
 
 def test_concurrent_appenders_share_fsyncs(tmp_path: Path) -> None:
-    """8 threads each wait for every row: a flush takes what was staged while the previous one was on
-    the disk, so the rows need far fewer fsyncs than rows."""
+    """4 x `_IN_FLIGHT` threads each wait for every row: at most `_IN_FLIGHT` fsyncs of the log are on
+    the disk at once, and a flush takes everything staged while the earlier ones were, so the rows need far
+    fewer fsyncs than rows (with no more threads than fsyncs in flight, each row could have its own)."""
     fsyncs = Fsyncs(delay_s=0.003)
-    threads, each = 8, 60
+    threads, each = 4 * group._IN_FLIGHT, 15
     with GroupWriter(fsync=fsyncs) as writer:
         log = writer.log(tmp_path / "log.jsonl", SEED)
 
