@@ -19,6 +19,7 @@ from harness.evidence.group import GroupLog, GroupWriter
 from harness.evidence.jsonio import sha256_hex
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.exchange import (
+    decode_content,
     describe_response,
     error_code_for_status,
     redact_url,
@@ -39,6 +40,7 @@ __all__ = [
     "decode_body",
     "encode_body",
     "exchange_cost",
+    "exchange_error_code",
     "meter_wire",
     "read_wire",
     "wire_seed",
@@ -353,6 +355,20 @@ def read_wire(path: PathArg, name: str | None = None) -> list[WireRecord]:
         except (ValueError, TypeError, KeyError) as exc:
             raise MeterRefusal(Code.WIRE_RECORD_INVALID, f"line {line}: {exc}", p, line=line) from None
     return records
+
+
+def exchange_error_code(rec: WireRecord) -> str | None:
+    """The error code of one recorded exchange, read from its status and bytes by its shape's adapter exactly as
+    a completion's response is (`Provider.parse_response`: the body, not the status alone). The record's own
+    code where there is nothing for an adapter to read: a budget stop, no response (transport, timeout), an
+    unknown shape, a streamed success, a content coding that does not decode. docs/models.md ("The wire log")."""
+    adapter = find_adapter(rec.api_shape)
+    if not rec.sent or rec.status is None or adapter is None or (rec.stream and 200 <= rec.status < 300):
+        return rec.error_code
+    raw = decode_content(rec.response_raw, rec.content_encoding)
+    if raw is None:
+        return rec.error_code
+    return adapter.parse_response(rec.status, {}, raw).error_code
 
 
 # --- metering --------------------------------------------------------------------------------

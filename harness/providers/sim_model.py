@@ -77,15 +77,19 @@ class Failures:
     auth: float = 0.0
     quota: float = 0.0
     malformed: float = 0.0
+    context_length: float = 0.0
 
 
-FAILURE_KINDS: Final = ("rate_limited", "server_error", "timeout", "auth", "quota", "malformed")
+_CONTEXT_WINDOW: Final = 8192
+"""The window a planted `context_length` failure names (the simulator holds no real window)."""
+FAILURE_KINDS: Final = ("rate_limited", "server_error", "timeout", "auth", "quota", "malformed", "context_length")
 """The planted failure kinds, in the order their probability bands are laid on one draw.
 
 rate_limited: 429 `rate_limit_exceeded`; server_error: 500; timeout: 504 after
 TIMEOUT_SLEEP_S; auth: 401 `invalid_api_key` (an operator error); quota: 429
 `insufficient_quota` (an operator error); malformed: 200 with a body that is not
-a chat completion (no `choices`).
+a chat completion (no `choices`); context_length: 400 `context_length_exceeded` (the
+prompt does not fit the model's window). A new kind goes last, so the old draws stay.
 """
 
 
@@ -391,6 +395,11 @@ class SimService:
             body = {"id": f"chatcmpl-sim-{decision.request_hash}", "object": "chat.completion",
                     "model": system.snapshot}
             return Reply(200, body, headers, delay)
+        if decision.outcome == "context_length":
+            text = (f"This model's maximum context length is {_CONTEXT_WINDOW} tokens. However, you requested "
+                    f"{max(prompt_tokens, _CONTEXT_WINDOW + 1)} tokens (simulated).")
+            return Reply(400, error_reply(400, text, "invalid_request_error", "context_length_exceeded").payload,
+                         headers, 0.0)
         content, finish = decision.content or "", "stop"
         if limit is not None and text_tokens(content) > limit:
             content = content.encode("utf-8")[: 4 * limit].decode("utf-8", "ignore")

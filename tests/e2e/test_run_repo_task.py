@@ -35,7 +35,11 @@ from tests.support.cli import run_proctor
 from tests.support.paths import REPO
 from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
 from tests.support.sim import SimServer, sim_systems
-from tests.support.study import run_argv, runner_env, wait_in_flight
+from tests.support.study import logs as study_logs
+from tests.support.study import prereg as completion_prereg
+from tests.support.study import run_argv, runner_env, sim_servers, wait_in_flight
+from tests.support.study import system as study_system
+from tests.support.study import urls as study_urls
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
 
@@ -194,6 +198,49 @@ def test_a_worker_whose_provider_fails_is_a_provider_failure_retried_then_exhaus
     assert finals["cheap"]["class"] == "provider" and finals["cheap"]["action"] == "stand"  # exhausted
     assert finals["strong"]["passed"] is True
     assert summary.exit_code == 1 and not summary.complete  # an exhausted cell is never scored
+    assert run_problems(folder, prereg_dir=prereg) == []
+
+
+@pytest.mark.parametrize("kind", ["context_length", "quota", "rate_limited"])
+def test_a_provider_error_inside_an_attempt_is_classed_as_a_completion_s(
+        tmp_path: Path, sim_server: SimServer, kind: str) -> None:
+    """The same planted upstream error (a 400 `context_length_exceeded`, a 429 `insufficient_quota`, a 429
+    `rate_limit_exceeded`) ends a repo_task attempt with the code and failure class it gives a completion
+    attempt: read from the recorded body, not from the metering proxy's status-only code (issue 17)."""
+    failing = {"rate_limited": 0.0, "server_error": 0.0, "timeout": 0.0, kind: 1.0}
+    systems = tmp_path / "systems.json"
+    systems.write_text(json.dumps({"systems": [
+        {"name": n, "skill": 1.0, "latency_s": {"dist": "fixed", "value": 0}, "output_tokens": {"mean": 50},
+         **({"failures": failing} if n == "sim-flash" else {})} for n in ("sim-flash", "sim-k3")]}))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    prereg = repo_prereg(repo, items=1, retries=1)
+    run_stage(prereg, "A", repo / "results", base_urls=_urls(sim_server(systems=systems, seed=9)))
+    folder = repo / "results" / "rt" / "A"
+    logs = _logs(folder)
+    plan = {json.loads(line)["run_id"]: json.loads(line)["system"]
+            for line in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    cheap = [a for a in logs["attempts"] if plan[a["run_id"]] == "cheap"]
+    assert cheap and all(a["work"]["exit_code"] == 75 for a in cheap)
+    for attempt in cheap:  # the proxy's own record of the last exchange says only what its status says
+        wire = read_wire(folder / attempt["work"]["folder"] / "wire.jsonl")
+        assert wire[-1].error_code == {"context_length": "bad_request"}.get(kind, "rate_limited")
+    repo_final = next(f for f in logs["finals"] if plan[f["run_id"]] == "cheap")
+
+    # the same failure answering a completion (HumanEval) stage of the same system
+    completion = tmp_path / "completion"
+    completion.mkdir()
+    with sim_servers(completion) as start:
+        url = start([study_system("sim-flash", 1.0, **{kind: 1.0}), study_system("sim-glm", 1.0)])
+        done = completion_prereg(completion, items=1, retries=1)
+        run_stage(done, "A", completion / "results", base_urls=study_urls(url))
+    other = study_logs(completion / "results" / "rt" / "A")
+    good = {a["run_id"] for a in other["attempts"] if a.get("error_code") is not None}
+    codes = {a["error_code"] for a in other["attempts"] if a["run_id"] in good}
+    assert {a["error_code"] for a in cheap} == codes == {kind}
+    completion_final = next(f for f in other["finals"] if f["run_id"] in good)
+    assert repo_final["class"] == completion_final["class"]
+    assert repo_final["action"] == completion_final["action"]
     assert run_problems(folder, prereg_dir=prereg) == []
 
 

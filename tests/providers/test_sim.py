@@ -531,6 +531,7 @@ def test_new_kinds_leave_the_old_draws_unchanged() -> None:
 
 @pytest.mark.parametrize(("kind", "status", "code"), [
     ("auth", 401, "auth"), ("quota", 429, "quota"), ("malformed", 200, "malformed_response"),
+    ("context_length", 400, "context_length"),
 ])
 def test_planted_operator_and_malformed_replies_classify(kind: str, status: int, code: str) -> None:
     from harness.providers.openai_chat import OpenAIChat
@@ -544,6 +545,9 @@ def test_planted_operator_and_malformed_replies_classify(kind: str, status: int,
                                            "param": None, "code": "invalid_api_key"}}
     elif kind == "quota":
         assert (reply.payload["error"]["type"], reply.payload["error"]["code"]) == ("insufficient_quota",) * 2
+    elif kind == "context_length":
+        assert reply.payload["error"]["code"] == "context_length_exceeded"
+        assert "maximum context length" in reply.payload["error"]["message"]
     else:
         assert "choices" not in reply.payload and reply.payload["object"] == "chat.completion"
     parsed = OpenAIChat().parse_response(reply.status, dict(reply.headers), json.dumps(reply.payload).encode())

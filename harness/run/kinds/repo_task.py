@@ -39,7 +39,7 @@ from harness.evidence.tree import tree_signature
 from harness.meter.allowance import Allowance
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.pricing import Price, PricingTable, load_pricing
-from harness.meter.wire import read_wire
+from harness.meter.wire import exchange_error_code, read_wire
 from harness.providers.catalog import BUNDLED_CATALOG
 from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_attempt
 from harness.records.plan import PlanCell
@@ -175,7 +175,8 @@ def _baseline(ws: str) -> None:
 
 def _metered(wire: str | None, price: Price | None) -> tuple[Cost, TokenUsage | None, int, str | None, str | None]:
     """(cost, tokens, exchanges, model snapshot, last error code) of a dispatch's wire log; a request its
-    allowance stopped counts as an exchange that cost nothing."""
+    allowance stopped counts as an exchange that cost nothing. The last exchange's error is classified from its
+    recorded bytes as a completion's response is (`exchange_error_code`), not by the proxy's status alone."""
     if wire is None or not os.path.lexists(wire):
         return Cost(0.0), TokenUsage(), 0, None, None
     records = read_wire(wire)
@@ -185,7 +186,7 @@ def _metered(wire: str | None, price: Price | None) -> tuple[Cost, TokenUsage | 
     for r in sent:
         tokens = None if tokens is None or r.usage is None else tokens + r.usage
     snapshot = next((r.model_snapshot for r in reversed(records) if r.model_snapshot), None)
-    error = records[-1].error_code if records else None
+    error = exchange_error_code(records[-1]) if records else None
     return cost, tokens, len(records), snapshot, error
 
 
