@@ -1,8 +1,8 @@
 """`make demo-ray`: the agents demo study (`prereg/agents-demo`) run on a local three-node Ray cluster.
 
 It starts a Ray cluster on this machine (`ray.cluster_utils.Cluster`: a head without slots and two
-worker nodes advertising `proctor_slot`, every node on 127.0.0.1), the simulator answering the bundled
-repository tasks, then `proctor run prereg/agents-demo --stage A --engine ray --address ADDR` (each
+worker nodes advertising `proctor_slot`, every node on 127.0.0.1), the simulator answering the mutant
+tasks, then `proctor run prereg/agents-demo --stage ray --engine ray --address ADDR` (each
 attempt's sandboxed work on a node, every record written by this machine's driver), `proctor report`
 and `proctor audit`, and prints the passes per system, the nodes that did the work and the paths. Its
 files go to `build/demo-ray/` (emptied first; `--out` elsewhere). Needs the `[ray]` extra and bwrap.
@@ -20,15 +20,17 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from harness.cli.demo import simulator
 
 __all__ = ["main"]
 
 REPO = Path(__file__).resolve().parents[2]
 PREREG = REPO / "prereg" / "agents-demo"
+STAGE = "ray"
+"""The agents demo's stage for a cluster: single-shot and feedback arms (the ray engine runs no live cascade yet)."""
 _STORE = 80 * 1024 * 1024
 
 
@@ -41,31 +43,6 @@ def _proctor(words: list[str], env: dict[str, str], expect: tuple[int, ...] = (0
         raise SystemExit(f"demo-ray: `proctor {words[0]}` exited {done.returncode}")
     out: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
     return out
-
-
-@contextmanager
-def _simulator(folder: Path, env: dict[str, str]) -> Iterator[str]:
-    """`proctor sim serve` answering the bundled tasks, at zero latency, for the block; its base URL."""
-    ready = folder / "sim-ready.json"
-    argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", "--ready-file", str(ready), "--seed", "0"]
-    proc = subprocess.Popen(argv, cwd=REPO, env={**env, "PROCTOR_SIM_LATENCY_SCALE": "0"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            if proc.poll() is not None:
-                raise SystemExit(f"demo-ray: the simulator exited {proc.returncode}: {proc.communicate()[1].decode()}")
-            if time.monotonic() > deadline:
-                raise SystemExit("demo-ray: the simulator did not get ready in 60 s")
-            time.sleep(0.05)
-        yield str(json.loads(ready.read_text())["url"])
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 def _read_log(path: Path) -> list[dict[str, Any]]:
@@ -98,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_for_nodes()
         print(f"   at {cluster.address} ({time.monotonic() - started:.0f} s)", flush=True)
         results = out / "results"
-        with _simulator(out, env) as url:
+        answers = ("--answers", str(REPO / "evals" / "mutants" / "private" / "sim_answers.jsonl"))
+        with simulator(out, 0, answers, {**env, "PROCTOR_SIM_LATENCY_SCALE": "0"}) as url:
             env["PROCTOR_SIM_URL"] = url
-            print("\n== the agents demo's stage A on the cluster", flush=True)
-            run = _proctor(["run", str(PREREG), "--stage", "A", "--results", str(results), "--engine", "ray",
+            print(f"\n== the agents demo's stage {STAGE} on the cluster", flush=True)
+            run = _proctor(["run", str(PREREG), "--stage", STAGE, "--results", str(results), "--engine", "ray",
                             "--address", cluster.address], env)
     finally:
         cluster.shutdown()  # type: ignore[no-untyped-call]
-    folder = Path(run["folder"]) if run.get("folder") else results / "agents-demo" / "A"
+    folder = Path(run["folder"]) if run.get("folder") else results / "agents-demo" / STAGE
     print("\n== the report and the audit, from the files alone", flush=True)
     report = _proctor(["report", str(folder), "--prereg", str(PREREG)], env)
     audit = _proctor(["audit", str(results / "agents-demo"), "--prereg", str(PREREG)], env)
