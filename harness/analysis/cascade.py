@@ -28,7 +28,12 @@ from harness.prereg.design import Design
 from harness.records.work import AttemptWork
 from harness.run.layout import log_seed
 
-__all__ = ["LIVE_CASCADE_SCHEMA", "LiveCascade", "LiveStep", "live_cascade_rows", "live_cascades", "live_steps"]
+__all__ = ["GATE_USD_PER_RUN", "LIVE_CASCADE_SCHEMA", "GateCost", "LiveCascade", "LiveStep", "gate_costs",
+           "live_cascade_rows", "live_cascades", "live_steps"]
+
+GATE_USD_PER_RUN: Final = 0.0
+"""The dollars one visible-test gate costs: it runs the visible tests in the sandbox outside the metering proxy,
+so it sends no model request, and its record (`CascadeGate`) holds no spend (docs/analysis.md, "The gate's cost v")."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class LiveStep:
     escalated: bool
     gate_passed: bool | None
     """The first gate's verdict (None: no gate ran, e.g. the first step failed)."""
+    gates: int
+    """How many visible-test gates the attempt ran (one after each step of a system but the cascade's last)."""
     gate_s: float
     """The seconds every gate of the attempt took (v's time part)."""
     first_cost_usd: float | None
@@ -147,7 +154,8 @@ def live_steps(stage_folder: str, frame: pl.DataFrame, design: Design) -> list[L
         out.append(LiveStep(
             stage=stage, arm=row["arm"], item=str(row["item"]), repeat=int(row["repeat"]), run_id=row["run_id"],
             passed=bool(row["passed"]), systems_ran=tuple(s.system for s in steps), escalated=len(steps) > 1,
-            gate_passed=gates[0].passed if gates else None, gate_s=math.fsum(g.duration_s for g in gates),
+            gate_passed=gates[0].passed if gates else None, gates=len(gates),
+            gate_s=math.fsum(g.duration_s for g in gates),
             first_cost_usd=first, later_cost_usd=None if any(c is None for c in later) else math.fsum(
                 c for c in later if c is not None), cost_usd=row["cost_usd"]))
     return out
@@ -194,7 +202,7 @@ def live_cascade_rows(steps: Sequence[LiveStep], frame: pl.DataFrame, design: De
                 if s_live is None:  # no escalation observed: the strong system's own mean from its single arm
                     s_live = be.s
                     notes.append("s from the single-system arm (no attempt escalated)")
-        v_usd = 0.0  # the gate is the visible tests in the sandbox: it calls no model
+        v_usd = math.fsum(GATE_USD_PER_RUN * s.gates for s in mine) / n  # $0: the gate calls no model
         out.append(LiveCascade(
             stage=stage, arm=arm_id, cheap=cheap, strong=strong, composed_from=singles[0] if singles else None,
             n=n, escalated=len(escalated), live_pass_rate=passes / n if n else None, live_mean_cost_usd=mean_cost,
@@ -210,6 +218,40 @@ def live_cascade_rows(steps: Sequence[LiveStep], frame: pl.DataFrame, design: De
             strong_pass_rate=composed.get("strong_pass_rate"),
             break_even_q_measured=None if b_live is None or not s_live else (b_live + v_usd) / s_live,
             note="; ".join(notes) or None))
+    return out
+
+
+@dataclass(frozen=True)
+class GateCost:
+    """The visible-test gate's measured cost in one stage, per scored live-cascade attempt (the v of
+    `savings = q - (b + v) / s`; docs/analysis.md, "The gate's cost v").
+
+    Attributes:
+        stage: the stage.
+        attempts: the scored live-cascade attempts read (every cascade arm of the stage: the gate is the same).
+        gates: the gates they ran (at least one, else the stage has no `GateCost`).
+        v_usd: the gates' dollars per attempt (`GATE_USD_PER_RUN` times gates, over attempts): the unit of b and s.
+        v_s: the gates' seconds per attempt (reported beside v, not priced into it).
+    """
+
+    stage: str
+    attempts: int
+    gates: int
+    v_usd: float
+    v_s: float
+
+
+def gate_costs(steps: Sequence[LiveStep]) -> dict[str, GateCost]:
+    """stage -> its `GateCost`, for each stage in `steps` whose live-cascade attempts ran at least one gate (a
+    stage whose cascade attempts never reached a gate measured nothing and is left out: its v stays assumed)."""
+    out: dict[str, GateCost] = {}
+    for stage in sorted({s.stage for s in steps}):
+        mine = [s for s in steps if s.stage == stage]
+        gates = sum(s.gates for s in mine)
+        if gates:
+            out[stage] = GateCost(stage=stage, attempts=len(mine), gates=gates,
+                                  v_usd=GATE_USD_PER_RUN * gates / len(mine),
+                                  v_s=math.fsum(s.gate_s for s in mine) / len(mine))
     return out
 
 

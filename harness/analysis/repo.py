@@ -58,7 +58,7 @@ REPO_PAIRED_SCHEMA: Final[dict[str, Any]] = {
 }
 REPO_BREAKEVEN_SCHEMA: Final[dict[str, Any]] = {
     "stage": _S, "arm": _S, "cheap": _S, "strong": _S, "n_pairs": _I, "q": _F, "b": _F, "v": _F, "v_source": _S,
-    "s": _F, "break_even_q": _F, "predicted_savings": _F, "strong_pass_rate": _F, "composed_pass_rate": _F,
+    "v_s": _F, "s": _F, "break_even_q": _F, "predicted_savings": _F, "strong_pass_rate": _F, "composed_pass_rate": _F,
     "composed_mean_cost_usd": _F, "cost_ratio": _F, "composed_cost_per_pass_usd": _F,
     "strong_cost_per_pass_usd": _F, "note": _S,
 }
@@ -173,8 +173,8 @@ def _paired(by_stage: Mapping[str, pl.DataFrame], design: Design) -> pl.DataFram
     return frame_of(rows, REPO_PAIRED_SCHEMA)
 
 
-def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design,
-               gate_costs: Mapping[str, float]) -> pl.DataFrame:
+def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design, gate_costs: Mapping[str, float],
+               gate_seconds: Mapping[str, float]) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     slots = [s.slot for s in design.systems]
     for stage, cells in by_stage.items():
@@ -188,7 +188,8 @@ def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design,
             source = ("assumed" if measured is None else "measured")
             for i, cheap in enumerate(ran):
                 for strong in ran[i + 1:]:
-                    base = {"stage": stage, "arm": arm, "cheap": cheap, "strong": strong, "v": v, "v_source": source}
+                    base = {"stage": stage, "arm": arm, "cheap": cheap, "strong": strong, "v": v, "v_source": source,
+                            "v_s": gate_seconds.get(stage) if measured is not None else None}
                     pair = mine.filter(pl.col("system").is_in([cheap, strong]))
                     keys = (pair.filter(pl.col("system") == cheap).select(_PAIR_KEYS)
                             .join(pair.filter(pl.col("system") == strong).select(_PAIR_KEYS), on=_PAIR_KEYS))
@@ -198,7 +199,8 @@ def _breakeven(by_stage: Mapping[str, pl.DataFrame], design: Design,
                     except ValueError as exc:
                         rows.append({**base, "n_pairs": keys.height, "note": f"not composed: {exc}"})
                         continue
-                    why = ("v measured: the mean gate cost the stage's live cascade records hold" if measured is not None
+                    why = (f"v measured ${v:g}: the visible-test gate's dollars per live cascade attempt in the "
+                           "stage's records (its seconds in v_s, not priced)" if measured is not None
                            else f"v assumed ${v:g}: no record measured the gate's cost (the visible tests send no "
                                 "model request)")
                     rows.append({**base, **{k: v_ for k, v_ in r.to_dict().items() if k in REPO_BREAKEVEN_SCHEMA
@@ -228,7 +230,7 @@ def _features(full: pl.DataFrame, features: pl.DataFrame, alpha: float) -> pl.Da
 
 def repo_tables(attempts: pl.DataFrame, design: Design, *, late: pl.DataFrame | None = None,
                 requests: pl.DataFrame | None = None, features: pl.DataFrame | None = None,
-                gate_costs: Mapping[str, float] | None = None,
+                gate_costs: Mapping[str, float] | None = None, gate_seconds: Mapping[str, float] | None = None,
                 stages: Sequence[str] | None = None) -> RepoTables:
     """The repository-task tables from the report's scored attempts (no I/O).
 
@@ -240,7 +242,8 @@ def repo_tables(attempts: pl.DataFrame, design: Design, *, late: pl.DataFrame | 
         features: each item's features (`FEATURE_COLUMNS`).
         gate_costs: stage -> the gate's mean cost per attempt its records measured (the visible-test gate of
             its live cascade arms, the same gate for every arm); a stage without one uses
-            `ASSUMED_GATE_COST_USD` and says "assumed".
+            `ASSUMED_GATE_COST_USD` and says "assumed" (`harness.analysis.cascade.gate_costs` measures it).
+        gate_seconds: stage -> the gate's mean seconds per attempt, shown as `v_s` where v is measured.
         stages: the stages, in design order (default: those in `attempts`).
 
     Raises:
@@ -256,4 +259,5 @@ def repo_tables(attempts: pl.DataFrame, design: Design, *, late: pl.DataFrame | 
                             attempts.get_column("stage").unique().to_list())
     by_stage = {s: full.filter(pl.col("stage") == s) for s in stage_ids}
     return RepoTables(q=_q(attempts, full, late, requests, design.alpha), paired=_paired(by_stage, design),
-                      breakeven=_breakeven(by_stage, design, gate_costs or {}), features=_features(full, features, design.alpha))
+                      breakeven=_breakeven(by_stage, design, gate_costs or {}, gate_seconds or {}),
+                      features=_features(full, features, design.alpha))

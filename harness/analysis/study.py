@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from harness.analysis.cascade import LiveStep, gate_costs, live_steps
 from harness.analysis.frame_tables import (
     BREAKEVEN_SCHEMA,
     COMPARISON_SCHEMA,
@@ -305,7 +306,8 @@ def _read(folder: str, log: str, study: str, stage: str) -> list[dict[str, Any]]
 
 def _repo(found: StudyResults, design: Design, attempts: pl.DataFrame, stage_ids: Sequence[str]) -> RepoTables | None:
     """The repository-task tables of a `repo_task` study (None for any other kind): late costs from each stage's
-    run log, requests from its attempts' work, features from the sealed suite (`load_suite`)."""
+    run log, requests from its attempts' work, features from the sealed suite (`load_suite`), the gate's cost v
+    measured from its live cascade attempts' steps (`gate_costs`; docs/analysis.md, "The gate's cost v")."""
     suite_dir = os.path.dirname(design.packet_path)
     if not os.path.lexists(os.path.join(suite_dir, "SUITE.json")) or suite_kind(suite_dir) != "repo_task":
         # a packet without a SUITE.json is a completion suite (`harness.run.kinds.kind_for`)
@@ -313,9 +315,11 @@ def _repo(found: StudyResults, design: Design, attempts: pl.DataFrame, stage_ids
     suite = load_suite(suite_dir, design.packet_sha256)
     late: list[dict[str, Any]] = []
     requests: dict[tuple[str, str], int] = {}
+    steps: list[LiveStep] = []
     for stage in found.stages:
         if stage.stage not in stage_ids:
             continue
+        steps += live_steps(stage.folder, attempts.filter(pl.col("stage") == stage.stage), design)
         for e in _read(stage.folder, "run", found.study, stage.stage):
             if e.get("event") == "late_cost":
                 cost = e.get("cost_usd")
@@ -327,10 +331,13 @@ def _repo(found: StudyResults, design: Design, attempts: pl.DataFrame, stage_ids
             requests[key] = requests.get(key, 0) + (int(work["exchanges"]) if isinstance(work, dict) else 0)
     features = [{"item": it.item, **{f: None if it.metadata.get(f) is None else str(it.metadata[f]) for f in FEATURES}}
                 for it in suite.packet]
+    gates = gate_costs(steps)
     return repo_tables(attempts, design, late=frame_of(late, LATE_COLUMNS),
                        requests=frame_of([{"stage": s, "run_id": r, "requests": n} for (s, r), n in requests.items()],
                                          REQUEST_COLUMNS),
-                       features=frame_of(features, FEATURE_COLUMNS), stages=stage_ids)
+                       features=frame_of(features, FEATURE_COLUMNS), stages=stage_ids,
+                       gate_costs={s: g.v_usd for s, g in gates.items()},
+                       gate_seconds={s: g.v_s for s, g in gates.items()})
 
 
 # --------------------------------------------------------------------------

@@ -287,6 +287,9 @@ def _study(out: Path, seed: int, tmp: Path, prereg: Path, stage: str, answers: P
     print("\n".join(r["verdicts"]) or "(no registered comparison)")
     print("\ncheap-first break-even:")
     print("\n".join(r["break_even"]) or "(no cascade)")
+    if r.get("repo_break_even"):
+        print("\nrepository-task break-even (v measured from the live cascades' gates, or assumed):")
+        print("\n".join(r["repo_break_even"]))
     _live_cascades(results, prereg)
     print(f"\nexecuted analysis notebook {r['notebook']['path']}\nHTML {r['html']['path']}")
     print("figures:\n" + "\n".join(f"  {f['path']}" for f in r["figures"]))

@@ -18,6 +18,7 @@ from harness.errors import Code, LogRefusal
 
 __all__ = [
     "analyze",
+    "analyze_text",
     "anchor_notebook",
     "audit",
     "batch",
@@ -155,17 +156,23 @@ def analyze(args: argparse.Namespace) -> Outcome:
         checked = check_analysis(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else _to_stderr)
         return Outcome.of(checked.to_json())
     got = analyze_results(args.results, prereg=args.prereg, out=args.out, progress=None if args.json else _to_stderr)
-    if args.json:
-        return Outcome.of(got)
+    return Outcome.of(got if args.json else analyze_text(got))
+
+
+def analyze_text(got: dict[str, Any]) -> dict[str, Any]:
+    """What `proctor analyze` prints without --json, from `analyze_results`' return: the q table rounded, the
+    verdict and break-even lines, a repository-task study's break-even lines (with v measured or assumed), and
+    the files written."""
     shown = ("stage", "system", "arm", "n", "passes", "pass_rate", "wilson_low", "wilson_high", "cost_usd",
              "cost_per_pass_usd")
-    return Outcome.of({"ok": True, "study": got["study"], "prereg": got["prereg"],
+    repo = {"repo_break_even": got["repo_break_even"]} if got.get("repo_break_even") else {}
+    return {"ok": True, "study": got["study"], "prereg": got["prereg"],
             "q_table": [{k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in row.items() if k in shown}
                         for row in got["q_table"]],
-            "comparisons": got["verdicts"], "break_even": got["break_even"],
+            "comparisons": got["verdicts"], "break_even": got["break_even"], **repo,
             "notebook": got["notebook"]["path"], "html": got["html"]["path"],
             "tables": [t["path"] for t in got["tables"]], "figures": [f["path"] for f in got["figures"]],
-            "anchored_in": [a["folder"] for a in got["anchored"]]})
+            "anchored_in": [a["folder"] for a in got["anchored"]]}
 
 
 def batch(args: argparse.Namespace) -> Outcome:

@@ -42,6 +42,7 @@ __all__ = [
     "figure",
     "frame_table",
     "outputs_table",
+    "repo_breakeven_lines",
     "repo_outputs",
     "statement",
     "verdict_lines",
@@ -241,10 +242,11 @@ def repo_outputs(analysis: StudyAnalysis, paths: AnalysisPaths) -> tuple[list[An
                          "registered comparison (the others are exploratory)"),
         frame_table("Break-even of cheap-first routing with the gate's cost v (measured, or assumed: v_source)",
                     repo.breakeven,
-                    columns=["stage", "arm", "cheap", "strong", "n_pairs", "q", "b", "v", "v_source", "s",
+                    columns=["stage", "arm", "cheap", "strong", "n_pairs", "q", "b", "v", "v_source", "v_s", "s",
                              "break_even_q", "predicted_savings", "strong_pass_rate", "composed_pass_rate",
                              "cost_ratio", "note"],
-                    note="savings = q - (b + v) / s; every column in tables/repo_breakeven.csv"),
+                    note="savings = q - (b + v) / s; v in dollars per attempt like b and s (the gate's seconds "
+                         "per attempt in v_s, not priced); every column in tables/repo_breakeven.csv"),
         figure(kinds),
         frame_table("Pass rate by task feature (mutation kind, library, module), per system and arm",
                     repo.features, note=f"{level} Wilson intervals; tables/repo_features.csv"),
@@ -400,7 +402,8 @@ def analyze_results(
         `{"ok": True, study, prereg, out, "notebook": {path, sha256}, "html": {path, sha256},
         "tables": [{name, path, sha256}], "figures": [{path, sha256}], "anchored": [per stage],
         "q_table", "comparisons", "breakeven": rows read back from the tables written,
-        "verdicts", "break_even": lines for people}`.
+        "repo_breakeven" (empty unless the suite is `repo_task`), "verdicts", "break_even", "repo_break_even":
+        lines for people}`.
 
     Raises:
         Refusal: `open_study`'s refusals before anything runs; `analysis_refused` (a refusal
@@ -441,6 +444,7 @@ def analyze_results(
 
     comparisons = _rows(os.path.join(paths.tables, "comparisons.csv"))
     breakeven = _rows(os.path.join(paths.tables, "breakeven.csv"))
+    repo_breakeven = _rows(os.path.join(paths.tables, "repo_breakeven.csv"))  # a repo_task study's only
     return {
         "ok": True,
         "study": found.study,
@@ -457,7 +461,28 @@ def analyze_results(
         "breakeven": breakeven,
         "verdicts": verdict_lines(comparisons),
         "break_even": breakeven_lines(breakeven),
+        "repo_breakeven": repo_breakeven,
+        "repo_break_even": repo_breakeven_lines(repo_breakeven),
     }
+
+
+def repo_breakeven_lines(breakeven: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per repository-task cascade (`repo_breakeven`): q against (b + v) / s with v and where it came
+    from (measured from the live cascades' gates, or assumed), or why it was not composed."""
+    out = []
+    for r in breakeven:
+        then = r.get("strong")
+        head = f"stage {r.get('stage')}, arm {r.get('arm')}: {r.get('cheap')} first, then {then}"
+        if not isinstance(r.get("break_even_q"), (int, float)):
+            out.append(f"{head}: {r.get('note') or 'not composed'}")
+            continue
+        seconds = f", gate {_num(r.get('v_s'), '.2f')} s/attempt" if isinstance(r.get("v_s"), (int, float)) else ""
+        out.append(f"{head}: q {_num(r.get('q'))} vs break-even {_num(r.get('break_even_q'))} = (b "
+                   f"${_num(r.get('b'), '.4g')} + v ${_num(r.get('v'), '.4g')} {r.get('v_source')}{seconds}) / s "
+                   f"${_num(r.get('s'), '.4g')} -> predicted savings {_num(r.get('predicted_savings'), '+.3f')} of "
+                   f"{then}'s cost; composed pass rate {_num(r.get('composed_pass_rate'))} vs {then} alone "
+                   f"{_num(r.get('strong_pass_rate'))} (hidden-test gate)")
+    return out
 
 
 # --------------------------------------------------------------------------

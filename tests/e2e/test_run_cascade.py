@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from harness.analysis.cascade import live_cascades
@@ -85,11 +86,20 @@ def test_a_live_cascade_escalates_on_a_failed_gate_and_books_each_step_at_its_pr
     assert report.summary["problems"] == 0
     assert run_problems(folder, prereg_dir=prereg) == []
     assert audit_results(results / "rt", prereg=prereg).ok
-    (row,) = live_cascades(analyze_study(results, prereg=prereg)).to_dicts()
+    analysis = analyze_study(results, prereg=prereg)
+    (row,) = live_cascades(analysis).to_dicts()
     assert row["n"] == ITEMS and row["escalated"] == escalated and row["composed_from"] == "single"
     assert row["live_pass_rate"] == escalated / ITEMS and row["gate_false_pass"] == ITEMS - escalated
     assert row["composed_pass_rate"] == 1.0 and row["strong_pass_rate"] == 1.0  # the oracle gate never errs
     assert row["v_usd"] == 0.0 and row["v_s"] > 0 and row["break_even_q_measured"] is not None
+    # the repo-task break-even takes v from the same records: measured, $0, the gates' seconds per attempt
+    standing = {f["run_id"]: f["attempt_line"] for f in logs["finals"]}
+    gate_s = [s["gate"]["duration_s"] for a in cascades for s in a["work"]["cascade"]["steps"] if s["gate"]
+              and logs["attempts"][standing[a["run_id"]] - 1] is a]
+    assert analysis.repo is not None
+    (single,) = analysis.repo.breakeven.filter(pl.col("arm") == "single").to_dicts()
+    assert (single["v_source"], single["v"]) == ("measured", 0.0)
+    assert single["v_s"] == pytest.approx(math.fsum(gate_s) / ITEMS) == pytest.approx(row["v_s"])
     # the oracle meters each step's own wire: a changed strong-step wire log (one record dropped) is caught
     stepped = next(a for a in cascades if len(a["work"]["cascade"]["steps"]) == 2)
     wire = folder / stepped["work"]["folder"] / "wire.s2.jsonl"
