@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nnodes: {len(engine['nodes'])} with slots (sandbox {engine['sandbox']}); attempts per node:")
     for node, count in sorted(by_node.items()):
         print(f"  {node[:12]}…  {count}")
-    print(f"report: {report.get('summary', {}).get('problems', '?')} problems; audit ok: {audit.get('ok')}")
+    print(f"report: {len(report.get('problems', []))} problems, {report.get('standing')} standing; audit ok: {audit.get('ok')}")
     print(f"results: {folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder}")
     print(f"\nproctor demo-ray: done in {time.monotonic() - started:.1f}s")
     return 0 if audit.get("ok") else 1
