@@ -211,7 +211,18 @@ const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
 if (!panel) { return null; }
 const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent.trim());
 const kernel = panel.querySelector('.jp-KernelName, .jp-Toolbar-kernelName');
-return {kernel: kernel ? kernel.textContent.trim() : '',
+// the notebook's model, whatever the page has rendered of it yet: its code cells and how many have run
+const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+const model = widget && widget.content && widget.content.model;
+let modelCells = -1, modelRun = -1;
+if (model) {
+    modelCells = 0; modelRun = 0;
+    for (let i = 0; i < model.cells.length; i++) {
+        const cell = model.cells.get(i);
+        if (cell.type === 'code') { modelCells += 1; if (cell.executionCount !== null) { modelRun += 1; } }
+    }
+}
+return {kernel: kernel ? kernel.textContent.trim() : '', modelCells: modelCells, modelRun: modelRun,
         status: document.querySelector('.jp-Notebook-ExecutionIndicator')
                 ? document.querySelector('.jp-Notebook-ExecutionIndicator').getAttribute('data-status') : '',
         prompts: prompts,
@@ -239,9 +250,14 @@ def run_all(driver: Any, lab: Lab, path: str, *, timeout: float = 300) -> Render
         _click_menu(driver, "Run", "Run All Cells")
         if _wait(driver, "the first cell to start", started, 30, fail=False):
             break
+    else:  # the menu's own command, through the app's command registry (what the menu item runs)
+        driver.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
+    # done when every code cell of the model has run and the page shows them all (the page renders a long
+    # notebook's cells in pieces: its prompts alone can all read "run" while later cells are not in it yet)
     state = _wait(driver, f"every cell of {path} to run",
                   "const s = (() => {" + _STATE + "})(); if (!s) return null;"
-                  "const done = s.prompts.every(p => /^\\[\\d+\\]:$/.test(p));"
+                  "const done = s.modelCells > 0 && s.modelRun === s.modelCells && s.prompts.length === s.modelCells"
+                  " && s.prompts.every(p => /^\\[\\d+\\]:$/.test(p));"
                   "const stopped = s.errors.length > 0 && !s.prompts.some(p => p === '[*]:');"
                   "return (done || stopped) ? s : null;", timeout)
     return Rendered(kernel=state["kernel"], cells=len(state["prompts"]),
