@@ -402,16 +402,7 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
     )
     outcome: dict[str, Any] = ({"outcome": "delivered", "text": None} if error is None else
                                {"outcome": "error", "error_code": error[0], "error_message": error[1]})
-    record = Attempt(
-        run_id=r.run_id, attempt=order.attempt, request_sha256=r.request_sha256, started=order.started,
-        ended=order.started, latency_s=0.0, http_status=None, response_raw=None, response_sha256=None,
-        provider_request_id=None, model_snapshot=snapshot, finish_reason=None,
-        tokens=None if tokens is None else tokens.to_json(), usage_unknown=tokens is None,
-        cost_usd="unknown" if cost.total is None else cost.total, cost_status=cost.status,
-        rerun=order.rerun, work=work.to_json(), **outcome,
-    ).to_json()
-    validate_attempt({k: v for k, v in record.items() if k != "rerun"}, None)
-    return record, files
+    return _attempt_record(order, work, outcome, snapshot, tokens, cost), files
 
 
 class RepoTaskKind(SuiteKind):
@@ -647,7 +638,14 @@ def node_work(order: WorkOrder, record: dict[str, Any], files: dict[str, bytes],
         outcome = {k: record[k] for k in ("outcome", "text", "error_code", "error_message") if k in record}
     work = dataclasses.replace(work, folder=folder, exchanges=exchanges,
                                files={n: sha256_hex(d) for n, d in sorted(safe.items())} if problem is None else {})
-    kept = Attempt(
+    return _attempt_record(order, work, outcome, snapshot, tokens, cost)
+
+
+def _attempt_record(order: WorkOrder, work: AttemptWork, outcome: dict[str, Any], snapshot: str | None,
+                    tokens: TokenUsage | None, cost: Cost) -> dict[str, Any]:
+    """A repository-task attempt's record (`ended` still to stamp), checked like every attempt record."""
+    r = order.cell
+    record = Attempt(
         run_id=r.run_id, attempt=order.attempt, request_sha256=r.request_sha256, started=order.started,
         ended=order.started, latency_s=0.0, http_status=None, response_raw=None, response_sha256=None,
         provider_request_id=None, model_snapshot=snapshot, finish_reason=None,
@@ -655,8 +653,8 @@ def node_work(order: WorkOrder, record: dict[str, Any], files: dict[str, bytes],
         cost_usd="unknown" if cost.total is None else cost.total, cost_status=cost.status,
         rerun=order.rerun, work=work.to_json(), **outcome,
     ).to_json()
-    validate_attempt({k: v for k, v in kept.items() if k != "rerun"}, None)
-    return kept
+    validate_attempt({k: v for k, v in record.items() if k != "rerun"}, None)
+    return record
 
 
 def _lost(r: PlanCell, rerun: int, number: int, started: float, why: str) -> dict[str, Any]:
