@@ -59,7 +59,7 @@ def _heartbeat(start: dict[str, Any], now: float, stale_after: float) -> dict[st
         beat = read_json(path, max_bytes=65536).value
     except (OSError, Refusal):
         return {"state": "absent"}
-    age = now - mtime
+    age = max(0.0, now - mtime)  # a beat written after `now` was read (or a coarse file clock) is 0 s old
     progress = {k: v for k, v in beat.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
     return {"state": "stale" if age > stale_after else "fresh", "age_s": round(age, 3), **progress}
 

@@ -63,8 +63,9 @@ class Lab:
     root: Path
     log: Path
 
-    def open_url(self, path: str) -> str:
-        return f"{self.url}/lab/tree/{path}?token={self.token}"
+    def open_url(self, path: str, workspace: str) -> str:
+        """`path` opened in a new, empty workspace: no tab of an earlier page is restored beside it."""
+        return f"{self.url}/lab/workspaces/{workspace}/tree/{path}?reset&token={self.token}"
 
 
 def free_port() -> int:
@@ -169,19 +170,19 @@ def browser(home: Path) -> Iterator[Any]:
         driver.quit()
 
 
-def _wait(driver: Any, what: str, script: str, timeout: float, *, fail: bool = True) -> Any:
-    """Poll `script` until it returns something true; on the deadline fail naming `what` and the notebook's
-    state (or return None when `fail` is False)."""
+def _wait(driver: Any, what: str, script: str, path: str, timeout: float, *, fail: bool = True) -> Any:
+    """Poll `script` (given `path` as its argument) until it returns something true; on the deadline fail naming
+    `what` and the notebook's state (or return None when `fail` is False)."""
     deadline = time.monotonic() + timeout
     while True:
-        got = driver.execute_script(script)
+        got = driver.execute_script(script, path)
         if got:
             return got
         if time.monotonic() >= deadline:
             if not fail:
                 return None
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the notebook: "
-                                 f"{driver.execute_script(_STATE)}")
+                                 f"{driver.execute_script(_STATE, path)}")
         time.sleep(0.25)
 
 
@@ -191,7 +192,7 @@ def _click_menu(driver: Any, menu: str, item: str) -> None:
     driver.find_element(By.XPATH, f"//li[contains(@class,'lm-MenuBar-item')][.//div[text()='{menu}']]").click()
     entry = f"//li[contains(@class,'lm-Menu-item')][.//div[contains(@class,'lm-Menu-itemLabel')][text()='{item}']]"
     _wait(driver, f"menu item {item}", "return document.evaluate(arguments[0], document, null, 9, null)"
-          ".singleNodeValue !== null".replace("arguments[0]", json.dumps(entry)), 10)
+          ".singleNodeValue !== null", entry, 10)
     driver.find_element(By.XPATH, entry).click()
 
 
@@ -206,25 +207,28 @@ class Rendered:
     math: int  # output areas MathJax typeset (a table's "$0.01 ... $3.2" read as TeX)
 
 
+# the state of the notebook at `arguments[0]` (its path under the root): found by path among the app's open
+# documents, never by which tab happens to be current or shown
 _STATE = """
-const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-if (!panel) { return null; }
+const app = window.jupyterapp;
+if (!app) { return null; }
+const widget = [...app.shell.widgets('main')].find(w => w.context && w.context.path === arguments[0]);
+if (!widget || !widget.content || !widget.content.model) { return null; }
+const panel = widget.node;
 const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent.trim());
 const kernel = panel.querySelector('.jp-KernelName, .jp-Toolbar-kernelName');
 // the notebook's model, whatever the page has rendered of it yet: its code cells and how many have run
-const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-const model = widget && widget.content && widget.content.model;
-let modelCells = -1, modelRun = -1;
-if (model) {
-    modelCells = 0; modelRun = 0;
-    for (let i = 0; i < model.cells.length; i++) {
-        const cell = model.cells.get(i);
-        if (cell.type === 'code') { modelCells += 1; if (cell.executionCount !== null) { modelRun += 1; } }
-    }
+const model = widget.content.model;
+let modelCells = 0, modelRun = 0;
+for (let i = 0; i < model.cells.length; i++) {
+    const cell = model.cells.get(i);
+    if (cell.type === 'code') { modelCells += 1; if (cell.executionCount !== null) { modelRun += 1; } }
 }
-return {kernel: kernel ? kernel.textContent.trim() : '', modelCells: modelCells, modelRun: modelRun,
-        status: document.querySelector('.jp-Notebook-ExecutionIndicator')
-                ? document.querySelector('.jp-Notebook-ExecutionIndicator').getAttribute('data-status') : '',
+const session = widget.sessionContext && widget.sessionContext.session;
+return {path: widget.context.path, current: app.shell.currentWidget === widget,
+        kernel: kernel ? kernel.textContent.trim() : '',
+        kernelStatus: session && session.kernel ? session.kernel.status : '',
+        modelCells: modelCells, modelRun: modelRun,
         prompts: prompts,
         tables: panel.querySelectorAll('.jp-OutputArea-output table').length,
         images: panel.querySelectorAll('.jp-OutputArea-output img').length,
@@ -234,32 +238,30 @@ return {kernel: kernel ? kernel.textContent.trim() : '', modelCells: modelCells,
 """
 
 
+def _state(test: str) -> str:
+    """A script that returns the notebook's state when `test` (JavaScript over `s`, the state) holds, else null."""
+    return "const s = (() => {" + _STATE + "})(); return s && (" + test + ") ? s : null;"
+
+
 def run_all(driver: Any, lab: Lab, path: str, *, timeout: float = 300) -> Rendered:
-    """Open `path` (relative to the lab's root), wait for its kernel, Run > Run All Cells, wait until every
-    code cell has run (or one failed), and return what rendered."""
-    driver.get(lab.open_url(path))
-    _wait(driver, f"{path} to open with an idle kernel",
-          "const s = (() => {" + _STATE + "})(); return s && s.kernel && s.prompts.length > 0 && "
-          "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook') !== null "
-          "&& window.jupyterapp && window.jupyterapp.serviceManager.sessions.running().next() !== undefined;", 180)
-    _wait(driver, "the kernel to be idle",
-          "const p = window.jupyterapp.shell.currentWidget; return p && p.sessionContext && p.sessionContext.session"
-          " && p.sessionContext.session.kernel && p.sessionContext.session.kernel.status === 'idle';", 180)
-    started = "const s = (() => {" + _STATE + "})(); return s && s.prompts.some(p => p !== '[ ]:');"
+    """Open `path` (relative to the lab's root) alone in a new workspace, wait for its kernel, Run > Run All
+    Cells, wait until every code cell has run (or one failed), and return what rendered."""
+    driver.get(lab.open_url(path, workspace="w" + os.urandom(4).hex()))
+    _wait(driver, f"{path} to open as the current tab with an idle kernel",
+          _state("s.current && s.kernel && s.kernelStatus === 'idle' && s.prompts.length > 0"), path, 180)
+    started = _state("s.modelRun > 0 || s.prompts.some(p => p !== '[ ]:')")
     for _ in range(3):  # a click that landed before the notebook took the focus runs nothing: click again
         _click_menu(driver, "Run", "Run All Cells")
-        if _wait(driver, "the first cell to start", started, 30, fail=False):
+        if _wait(driver, "the first cell to start", started, path, 30, fail=False):
             break
     else:  # the menu's own command, through the app's command registry (what the menu item runs)
         driver.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
     # done when every code cell of the model has run and the page shows them all (the page renders a long
     # notebook's cells in pieces: its prompts alone can all read "run" while later cells are not in it yet)
     state = _wait(driver, f"every cell of {path} to run",
-                  "const s = (() => {" + _STATE + "})(); if (!s) return null;"
-                  "const done = s.modelCells > 0 && s.modelRun === s.modelCells && s.prompts.length === s.modelCells"
-                  " && s.prompts.every(p => /^\\[\\d+\\]:$/.test(p));"
-                  "const stopped = s.errors.length > 0 && !s.prompts.some(p => p === '[*]:');"
-                  "return (done || stopped) ? s : null;", timeout)
+                  _state("(s.modelCells > 0 && s.modelRun === s.modelCells && s.prompts.length === s.modelCells"
+                         " && s.prompts.every(p => /^\\[\\d+\\]:$/.test(p)))"
+                         " || (s.errors.length > 0 && !s.prompts.some(p => p === '[*]:'))"), path, timeout)
     return Rendered(kernel=state["kernel"], cells=len(state["prompts"]),
                     executed=sum(1 for p in state["prompts"] if p not in ("[ ]:", "[*]:")),
                     tables=state["tables"], images=state["images"], errors=list(state["errors"]),
