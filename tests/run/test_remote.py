@@ -347,7 +347,7 @@ def _repo_stage(tmp_path: Path, sim_server: SimServer) -> tuple[Path, dict[str, 
     from tests.support.sim import sim_systems
 
     url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 0.0, "sim-k3": 1.0}), seed=3)
-    return repo_prereg(tmp_path, items=2), {"sim-flash": url, "sim-k3": url}
+    return repo_prereg(tmp_path, items=1), {"sim-flash": url, "sim-k3": url}
 
 
 def _whole_repo_stage(tmp_path: Path, folder: Path, folder_p: Path, out: list[Any]) -> dict[str, list[dict[str, Any]]]:
@@ -363,9 +363,9 @@ def _whole_repo_stage(tmp_path: Path, folder: Path, folder_p: Path, out: list[An
     intents = [e for e in got["run"] if e["event"] == "intent"]
     keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
     assert len(keys) == len(set(keys)) == len(intents)  # every intent resolved once, nothing twice
-    assert sum(f["action"] == "stand" for f in got["finals"]) == 4
+    assert sum(f["action"] == "stand" for f in got["finals"]) == 2
     assert run_problems(folder, prereg_dir=folder_p) == []
-    assert build_report(folder, prereg_dir=folder_p).summary["passed"] == 2
+    assert build_report(folder, prereg_dir=folder_p).summary["passed"] == 1
     assert audit_results(tmp_path / "results" / "rt", prereg=folder_p).ok
     return got
 
@@ -454,12 +454,12 @@ def test_a_node_that_hangs_mid_repo_task_attempt_is_closed_by_the_driver_and_ret
         tmp_path: Path, sim_server: SimServer, cluster: Cluster, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker process doing an attempt's work is stopped (SIGSTOP: it hangs, its node-side deadline with it;
-    the node stays alive to Ray). The driver closes the attempt at its limit (here 25 s instead of the deadline,
+    the node stays alive to Ray). The driver closes the attempt at its limit (here 15 s instead of the deadline,
     the verify timeout and the grace) as a lost one (`runner_lost`), cancels its Ray task (which ends the
     stopped process), logs what comes back as ignored, and the cell is retried; nothing lost or counted twice."""
     from harness.run.kinds.repo_task import RepoTaskKind
 
-    monkeypatch.setattr(RepoTaskKind, "node_limit_s", staticmethod(lambda order: 25.0))
+    monkeypatch.setattr(RepoTaskKind, "node_limit_s", staticmethod(lambda order: 15.0))
     folder_p, base = _repo_stage(tmp_path, sim_server)
     node = cluster.add_node(**_node_args(resources={SLOT_RESOURCE: 1}))
     try:
@@ -474,14 +474,16 @@ def test_a_node_that_hangs_mid_repo_task_attempt_is_closed_by_the_driver_and_ret
                     ray.kill(hold)
             worker.join(300)
         assert not worker.is_alive()
-        gone = _proc(hung)
-        assert gone is None or gone[1] == "Z"  # the forced cancel ended the stopped process
+        deadline = time.monotonic() + 120  # the forced cancel ends the stopped process (Ray kills it in time)
+        while (left := _proc(hung)) is not None and left[1] != "Z":
+            assert time.monotonic() < deadline, "the cancelled task's stopped worker process was never ended"
+            time.sleep(0.2)
     finally:
         _remove(cluster, node)
     got = _whole_repo_stage(tmp_path, tmp_path / "results" / "rt" / "A", folder_p, out)
     # the hung attempt closed at its limit (another one slow beyond it on a loaded machine would be closed too)
     closed = [a for a in got["attempts"] if a.get("error_code") == "runner_lost"]
-    assert closed and all("did not answer: no result from its node within 25 s" in a["error_message"] for a in closed)
+    assert closed and all("did not answer: no result from its node within 15 s" in a["error_message"] for a in closed)
     logged = [r.getMessage() for r in caplog.records]
     for a in closed:
         key = (a["run_id"], a["rerun"], a["attempt"])
