@@ -153,6 +153,7 @@ def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim,
     try:
         _wait_events(folder, "intent", 3)
         _wait_slot_in_use(node.node_id, of=1)  # an attempt of ours is under way on the node now
+        _random_moment(0.5)  # somewhere inside that attempt (0.6 s of latency)
         cluster.remove_node(node, allow_graceful=False)  # kill -9 of the node's processes
     finally:
         for hold in holds:
@@ -191,6 +192,17 @@ def _hold_slots_except(node_id: str) -> list[Any]:
              if n["Alive"] and n["NodeID"] != node_id and n["Resources"].get(SLOT_RESOURCE)]  # fmt: skip
     ray.get([h.ready.remote() for h in holds], timeout=120)
     return holds
+
+
+def _random_moment(up_to_s: float) -> None:
+    """Sleep a random time below `up_to_s`, drawn from a seed that is printed (PROCTOR_FAULT_SEED repeats it):
+    each run kills at another moment of the attempt, and a failing moment can be run again."""
+    import random
+
+    seed = int(os.environ.get("PROCTOR_FAULT_SEED", str(time.time_ns() % 2**32)))
+    delay = random.Random(seed).uniform(0.0, up_to_s)
+    print(f"fault at {delay:.3f} s after the attempt was seen under way (PROCTOR_FAULT_SEED={seed})")
+    time.sleep(delay)
 
 
 def _wait_slot_in_use(node_id: str, of: int, within_s: float = 60.0) -> None:
@@ -399,6 +411,7 @@ def test_killing_a_worker_node_mid_repo_task_attempt_loses_nothing(
     cluster.wait_for_nodes()
     worker, out, holds = _run_repo_stage_on(node.node_id, folder_p, tmp_path / "results", base)
     try:
+        _random_moment(0.3)  # somewhere inside the attempt's worker run
         _remove(cluster, node)  # kill -9 of its processes: an attempt of ours was under way there
     finally:
         for hold in holds:
