@@ -50,16 +50,20 @@ class LiveStep:
     systems_ran: tuple[str, ...]
     escalated: bool
     gate_passed: bool | None
-    """The first gate's verdict (None: no gate ran, e.g. the first step failed)."""
+    """The verdict of the last gate on the first system's tree (after its targeted repairs, if any): the one that
+    kept or escalated the attempt (None: no gate ran, e.g. the first step failed)."""
     gates: int
     """How many visible-test gates the attempt ran (one after each step of a system but the cascade's last)."""
     gate_s: float
     """The seconds every gate of the attempt took (v's time part)."""
     first_cost_usd: float | None
+    """What the first system's steps spent: its first dispatch and its targeted repairs (None: unknown)."""
     later_cost_usd: float | None
     """What the steps after the first spent (0 when it did not escalate; None: unknown)."""
     cost_usd: float | None
     """The attempt's whole cost (the report's, every rerun's attempt included)."""
+    repairs: int = 0
+    """The targeted repairs its steps made (`switch_class` `localized_defect`; docs/run.md, "Cascade arms")."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class LiveCascade:
         composed_from: the single-system arm composed (same worker, no cascade), or None.
         n: scored live attempts; escalated: how many escalated.
         live_pass_rate, live_mean_cost_usd, live_cost_per_pass_usd: the live cascade.
-        b_live: the first step's mean spend; s_live: the escalated steps' mean spend per escalation.
+        b_live: the first system's steps' mean spend (its targeted repairs included); s_live: the later systems'
+            steps' mean spend per escalation.
         v_usd: the gate's measured model spend per attempt (0: the visible tests call no model).
         v_s: the gate's mean seconds per attempt.
         gate_pass_rate: the first gate's pass rate; gate_false_pass: gate passed, hidden tests failed (a lost
@@ -148,16 +153,20 @@ def live_steps(stage_folder: str, frame: pl.DataFrame, design: Design) -> list[L
         record = attempts[int(final["attempt_line"]) - 1]
         work = AttemptWork.from_json(record["work"])
         steps = () if work.cascade is None else work.cascade.steps
-        first = steps[0].cost_usd if steps else 0.0
-        later = [s.cost_usd for s in steps[1:]]
+        # the first system's steps are its first dispatch and its targeted repairs (b includes the repairs)
+        own = [s for s in steps if s.system == steps[0].system] if steps else []
+        later = [s.cost_usd for s in steps[len(own):]]
         gates = [s.gate for s in steps if s.gate is not None]
+        own_gates = [s.gate for s in own if s.gate is not None]
         out.append(LiveStep(
             stage=stage, arm=row["arm"], item=str(row["item"]), repeat=int(row["repeat"]), run_id=row["run_id"],
-            passed=bool(row["passed"]), systems_ran=tuple(s.system for s in steps), escalated=len(steps) > 1,
-            gate_passed=gates[0].passed if gates else None, gates=len(gates),
-            gate_s=math.fsum(g.duration_s for g in gates),
-            first_cost_usd=first, later_cost_usd=None if any(c is None for c in later) else math.fsum(
-                c for c in later if c is not None), cost_usd=row["cost_usd"]))
+            passed=bool(row["passed"]), systems_ran=tuple(dict.fromkeys(s.system for s in steps)),
+            escalated=len(steps) > len(own), gate_passed=own_gates[-1].passed if own_gates else None,
+            gates=len(gates), gate_s=math.fsum(g.duration_s for g in gates),
+            first_cost_usd=0.0 if not own else None if any(s.cost_usd is None for s in own) else math.fsum(
+                s.cost_usd for s in own if s.cost_usd is not None),
+            later_cost_usd=None if any(c is None for c in later) else math.fsum(c for c in later if c is not None),
+            cost_usd=row["cost_usd"], repairs=sum(1 for s in steps if s.switch_class == "localized_defect")))
     return out
 
 

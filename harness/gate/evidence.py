@@ -9,7 +9,7 @@ import difflib
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from harness.evidence.git import head_blobs
@@ -29,6 +29,7 @@ __all__ = [
     "OUTPUT_LIMIT",
     "REPAIR_SCHEMA",
     "evidence_packet",
+    "failing_test_evidence",
     "failure_sections",
     "render_evidence",
     "render_repair",
@@ -296,20 +297,27 @@ def _section_title(test_id: str) -> str:
     return ".".join(test_id.split("::")[1:]) or test_id
 
 
-def repair_packet(gate: Gate, decision: SwitchDecision, dispatch_id: str) -> dict[str, Any]:
-    """What the worker of a targeted repair is given: only the failing tests' evidence (docs/models.md)."""
-    hidden = _hidden_texts(gate)
-    hidden_files = {shown for shown, _ in hidden}
-    assert decision.receipt_id is not None
-    shown = _verified_output(gate, decision.receipt_id, hidden)
-    sections = failure_sections(shown["text"] or "")
+def failing_test_evidence(output: str, failing_tests: Sequence[str],
+                          hidden_files: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Each failing test's evidence for a targeted repair: its id and its pytest failure section in `output`
+    (a test in `hidden_files`: its name only). The gated path's packet and a cascade's repair use it."""
+    sections = failure_sections(output)
     tests = []
-    for test in decision.failing_tests:
+    for test in failing_tests:
         is_hidden = test.split("::", 1)[0] in hidden_files
         text = None if is_hidden else sections.get(_section_title(test))
         tests.append({"id": test, "hidden": is_hidden, "failure": text,
                       "note": "a hidden test: its name only" if is_hidden
                       else None if text is not None else "no failure section for it in the output shown"})  # fmt: skip
+    return tests
+
+
+def repair_packet(gate: Gate, decision: SwitchDecision, dispatch_id: str) -> dict[str, Any]:
+    """What the worker of a targeted repair is given: only the failing tests' evidence (docs/models.md)."""
+    hidden = _hidden_texts(gate)
+    assert decision.receipt_id is not None
+    shown = _verified_output(gate, decision.receipt_id, hidden)
+    tests = failing_test_evidence(shown["text"] or "", decision.failing_tests, {shown for shown, _ in hidden})
     return {
         "schema": REPAIR_SCHEMA,
         "task_id": gate.task.task_id,
@@ -329,8 +337,9 @@ def repair_packet(gate: Gate, decision: SwitchDecision, dispatch_id: str) -> dic
     }
 
 
-def render_repair(packet: Mapping[str, Any], path: str) -> str:
-    """The targeted-repair packet as a prompt section (appended to the prompt file)."""
+def render_repair(packet: Mapping[str, Any], path: str | None) -> str:
+    """The targeted-repair packet as a prompt section (appended to the prompt file); `path`: where the worker
+    finds it as JSON (None: nowhere, a cascade's repair)."""
     n = len(packet["failing_tests"])
     lines = [
         "",
@@ -339,7 +348,7 @@ def render_repair(packet: Mapping[str, Any], path: str) -> str:
         "",
         f"Your last change made most tests pass: {packet['tests_expected'] - n} of {packet['tests_expected']}. "
         f"{n} still fail{'s' if n == 1 else ''}; fix only that, keep the rest.",
-        f"The same evidence as JSON: {path} (also named by $PROCTOR_EVIDENCE_FILE).",
+        *([f"The same evidence as JSON: {path} (also named by $PROCTOR_EVIDENCE_FILE)."] if path else []),
         "",
     ]
     for test in packet["failing_tests"]:

@@ -16,14 +16,16 @@ import secrets
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from harness.evidence.fsutil import cap_output, ensure_private_dir
 from harness.evidence.jsonio import read_bytes, sha256_hex
 from harness.evidence.tree import scan_tree
 from harness.evidence.tree_entry import signature_of
+from harness.gate.escalation import fingerprint
+from harness.gate.results import expected_tests, judge_report, pytest_position
 from harness.gate.seal import check_copies
-from harness.gate.verify import _run_verifier, copy_tree
+from harness.gate.verify import _per_test, _run_verifier, copy_tree, verifier_sources
 from harness.gate.workspace import check_pin, gated
 from harness.workers.sandbox import resolve_sandbox
 
@@ -46,6 +48,13 @@ class VisibleGate:
     """The tree signature the gate judged."""
     output: bytes
     """The verifier's output (its head, capped like a receipt's)."""
+    fingerprint: str | None = None
+    """A failed gate's failure fingerprint (`harness.gate.escalation.fingerprint`, as `verify` computes it)."""
+    tests_expected: int | None = None
+    """The sealed (visible) tests' expected ids counted, from the proctor's per-test report (`verify`'s
+    `_per_test`); None without a complete, untampered report (a verifier that is not pytest, say)."""
+    tests_failing: tuple[str, ...] | None = None
+    """The ids that did not pass or failed, from the same report; None as `tests_expected`."""
 
     @property
     def output_sha256(self) -> str:
@@ -85,11 +94,23 @@ def gate_visible(workspace: str, task_path: str, state_dir: str | None = None, *
                 with open(target, "xb") as fh:
                     fh.write(data)
             output = os.path.join(work, "output")
-            result, _, _ = _run_verifier(gate, box, copy, output, None)
+            report_dir = None
+            if pytest_position(gate.pin["verifier_argv"]) is not None:  # per-test results, as verify reads them
+                report_dir = ensure_private_dir(os.path.join(work, "report"))
+            result, _, report = _run_verifier(gate, box, copy, output, report_dir)
             cap_output(output)
             text = read_bytes(output)
+            per_test: dict[str, Any] = {}
+            if report is not None:  # only the sealed tests' ids are expected: the hidden ones are never laid
+                sources = ((path, data) for path, data, hidden in verifier_sources(gate) if not hidden)
+                per_test = _per_test(judge_report(report, *expected_tests(sources)))
         finally:
             shutil.rmtree(work, ignore_errors=True)
     passed = result.exit_code == 0 and not result.timed_out
+    failure_print = None if passed else fingerprint(text.decode("utf-8", "replace"),
+                                                    (copy, os.path.realpath(copy), gate.state.root))
+    failing = per_test.get("tests_failing")
     return VisibleGate(passed=passed, exit_code=result.exit_code, timed_out=result.timed_out,
-                       duration_s=round(time.monotonic() - began, 6), tree=tree, output=text)
+                       duration_s=round(time.monotonic() - began, 6), tree=tree, output=text,
+                       fingerprint=failure_print, tests_expected=per_test.get("tests_expected"),
+                       tests_failing=None if failing is None else tuple(failing))

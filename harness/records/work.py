@@ -15,19 +15,26 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
 from harness.errors import Code
-from harness.records._shape import Fields, keys_of, kind_is, read, write
+from harness.records._shape import Fields, keys_of, kind_is, optional_keys, read, write
 
-__all__ = ["TASK_RECEIPT_SCHEMA", "WORK_FILES", "WORK_KIND", "AttemptWork", "CascadeGate", "CascadeStep",
-           "CascadeWork", "TaskReceipt", "step_wire"]
+__all__ = ["CASCADE_SWITCH_CLASSES", "MAX_CASCADE_STEPS", "TASK_RECEIPT_SCHEMA", "WORK_FILES", "WORK_KIND",
+           "AttemptWork", "CascadeGate", "CascadeStep", "CascadeWork", "TaskReceipt", "step_wire"]
 
 WORK_KIND: Final = "repo-task-work.v1"
 TASK_RECEIPT_SCHEMA: Final = "proctor-task-receipt.v1"
-WORK_FILES: Final = ("diff.patch", "verify.json", "wire.jsonl", "wire.s2.jsonl", "wire.s3.jsonl", "wire.s4.jsonl",
-                     "gate.s1.output", "gate.s2.output", "gate.s3.output")
+MAX_CASCADE_STEPS: Final = 12
+"""The most steps a live cascade's work folder names files for (each system once, and each system but the last
+repeated by targeted repairs: `harness.gate.decision.MAX_TARGETED_REPAIRS`, within the task's `max_dispatches`)."""
+WORK_FILES: Final = ("diff.patch", "verify.json", "wire.jsonl",
+                     *(f"wire.s{n}.jsonl" for n in range(2, MAX_CASCADE_STEPS + 1)),
+                     *(f"gate.s{n}.output" for n in range(1, MAX_CASCADE_STEPS)))
 """The files a work folder may keep: the worker's diff against the snapshot, the gate's receipt (machine
 paths made portable), and the metering proxy's wire log of every model request the worker made; a live
 cascade keeps one wire log per step (its first step's is `wire.jsonl`, step n's `wire.s<n>.jsonl`) and
 the output of each visible-test gate it ran (`gate.s<n>.output`)."""
+CASCADE_SWITCH_CLASSES: Final = ("first", "localized_defect", "escalation")
+"""A cascade step's `switch_class`: its first step; a targeted repair by the same system (the gated path's rule,
+`harness.gate.decision.decide_next`, found a localized defect); a step on the next system."""
 
 
 def step_wire(step: int) -> str:
@@ -44,6 +51,12 @@ class CascadeGate:
     timed_out: bool
     duration_s: float
     output_sha256: str
+    fingerprint: str | None = None
+    """A failed gate's failure fingerprint (absent in records made before targeted repairs)."""
+    tests_expected: int | None = None
+    """The visible tests' per-test report: how many were expected (None: no complete, untampered report)."""
+    tests_failing: tuple[str, ...] | None = None
+    """The ids of the visible tests that did not pass (None as `tests_expected`)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,9 @@ class CascadeStep:
     budget_stop: bool
     gate: CascadeGate | None
     """The visible-test gate on the tree it left; None for the last step (its tree is judged by the hidden tests)."""
+    switch_class: str | None = None
+    """Why this step ran (`CASCADE_SWITCH_CLASSES`); absent in records made before targeted repairs (every step
+    then ran on the next system)."""
 
 
 @dataclass(frozen=True)
@@ -118,17 +134,20 @@ class AttemptWork:
 
 def _exact(obj: Mapping[str, Any], cls: type, where: str, f: Fields) -> None:
     keys = set(keys_of(cls).values())
-    if set(obj) != keys:
-        raise f.bad(f"{where} must hold exactly {', '.join(sorted(keys))}")
+    if not keys - optional_keys(cls) <= set(obj) <= keys:
+        raise f.bad(f"{where} must hold exactly {', '.join(sorted(keys))} (those with a default may be absent)")
 
 
 def _check_cascade(doc: Mapping[str, Any], f: Fields) -> None:
-    """A cascade's nested objects hold exactly their fields, at least one step, each wire log a work file."""
+    """A cascade's nested objects hold exactly their fields, at least one step, each wire log a work file, each
+    step's class one of `CASCADE_SWITCH_CLASSES`."""
     _exact(doc, CascadeWork, "work.cascade", f)
-    if not doc["steps"] or len(doc["steps"]) > len(doc["systems"]):
-        raise f.bad("work.cascade.steps must hold one step per system that ran (at least one)")
+    if not doc["steps"] or len(doc["steps"]) > MAX_CASCADE_STEPS:
+        raise f.bad(f"work.cascade.steps must hold the steps that ran (1 to {MAX_CASCADE_STEPS})")
     for i, step in enumerate(doc["steps"], start=1):
         _exact(step, CascadeStep, f"work.cascade.steps[{i - 1}]", f)
+        if step.get("switch_class") not in (None, *CASCADE_SWITCH_CLASSES):
+            raise f.bad(f"work.cascade.steps[{i - 1}].switch_class must be one of {', '.join(CASCADE_SWITCH_CLASSES)}")
         if step["wire"] not in (None, step_wire(i)):
             raise f.bad(f"work.cascade.steps[{i - 1}].wire must be {step_wire(i)!r} or null")
         if step["gate"] is not None:

@@ -26,14 +26,14 @@ MUTANTS = REPO / "evals" / "mutants"
 def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: float = 0.01, items: int = 4,
                 deadline: float = 60, retries: int = 1, study: str = "rt", suite: Path = TASKS_SUITE,
                 catalog: str | None = None, frozen: bool = True, arms: list[dict[str, Any]] | None = None,
-                lanes: int = 2) -> Path:
+                lanes: int = 2, seed: int = 17) -> Path:
     """A frozen preregistration: systems `cheap` (sim-flash) and `strong` (sim-k3), one arm `edit` (or `arms`,
     the first of which is compared), stage A, on `suite` (default the bundled tasks suite), with `catalog` as
     its catalog.toml when given."""
     arms = arms or [{"id": "edit", "template": "{prompt}"}]
     packet_sha = json.loads((suite / "SUITE.json").read_text())["packet_sha256"]
     design = {
-        "study": {"id": study, "seed": 17, "title": "repo-task runner test"},
+        "study": {"id": study, "seed": seed, "title": "repo-task runner test"},
         "suite": {"name": json.loads((suite / "SUITE.json").read_text())["suite"], "packet": str(suite / "packet.jsonl"), "packet_sha256": packet_sha},
         "draw": {"items": items},
         "systems": [
@@ -64,13 +64,13 @@ def repo_prereg(root: Path, *, caps: tuple[float, float] = (1.0, 1.0), reserve: 
 
 
 @contextlib.contextmanager
-def mutant_sim(root: Path, skills: dict[str, float]) -> Iterator[str]:
-    """`proctor sim serve` answering the mutant suite (its sim_answers: the reference fix at the system's
-    skill, else the mutated file); yields the base URL, stops it after."""
+def mutant_sim(root: Path, skills: dict[str, float], answers: Path | None = None) -> Iterator[str]:
+    """`proctor sim serve` answering the mutant suite (its sim_answers, or `answers`: the reference fix at the
+    system's skill, else the mutated file); yields the base URL, stops it after."""
     systems = sim_systems(root / "mutant-systems.json", skills)
     ready = root / "mutant-sim-ready.json"
     argv = [sys.executable, "-m", "harness", "sim", "serve", "--port", "0", "--ready-file", str(ready),
-            "--systems", str(systems), "--seed", "5", "--answers", str(MUTANTS / "private" / "sim_answers.jsonl")]
+            "--systems", str(systems), "--seed", "5", "--answers", str(answers or MUTANTS / "private" / "sim_answers.jsonl")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env["PROCTOR_SIM_LATENCY_SCALE"] = "0"
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

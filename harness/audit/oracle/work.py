@@ -8,15 +8,17 @@ The manual: docs/oracle.md.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from harness.audit.oracle.base import CheckBase, close, file_bytes
 from harness.errors import Refusal
 from harness.evidence.jsonio import sha256_hex
+from harness.gate.decision import DispatchOutcome, Verification, decide_next
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.pricing import Price
 from harness.meter.wire import read_wire
-from harness.records.work import AttemptWork, step_wire
+from harness.records.work import AttemptWork, CascadeStep, step_wire
 
 __all__ = ["WorkRules", "work_paths"]
 
@@ -99,10 +101,13 @@ class WorkRules(CheckBase):
         c = work.cascade
         cell = self.requests[rec["run_id"]].system
         ran = tuple(s.system for s in c.steps)
-        if not c.systems or c.systems[0] != cell or ran != c.systems[:len(ran)]:
+        distinct = tuple(s for i, s in enumerate(ran) if i == 0 or ran[i - 1] != s)
+        if not c.systems or c.systems[0] != cell or distinct != c.systems[:len(distinct)]:
             self.p("attempts.jsonl", line, "work", f"the cascade's steps {list(ran)} do not run its systems "
                    f"{list(c.systems)} in order from the cell's system {cell}")
             return
+        for problem in _repair_problems(c.steps):
+            self.p("attempts.jsonl", line, "work", problem)
         for step in c.steps[:-1]:
             if step.gate is None or step.gate.passed:
                 self.p("attempts.jsonl", line, "work", f"cascade step {step.system} is followed by another without "
@@ -145,3 +150,31 @@ class WorkRules(CheckBase):
             if rec.get("passed") is not (self.work_verdicts[n] is True):
                 self.p("finals.jsonl", line, "work", f"passed {rec.get('passed')!r} is not the work's verdict "
                        f"{self.work_verdicts[n]!r}")
+
+
+def _repair_problems(steps: Sequence[CascadeStep]) -> list[str]:
+    """A cascade's steps against the switch rule (`harness.gate.decision.decide_next`, replayed on each
+    system's gates): a step repeating its system's must be a `localized_defect` step the rule decided on the
+    gate before it; a step on the next system an `escalation` (records made before targeted repairs: no class)."""
+    problems: list[str] = []
+    history: list[DispatchOutcome] = []
+    for number, step in enumerate(steps, start=1):
+        repeat = number > 1 and steps[number - 2].system == step.system
+        if step.switch_class is not None and step.switch_class != (
+                "first" if number == 1 else "localized_defect" if repeat else "escalation"):
+            problems.append(f"cascade step {number} ({step.system}) has switch_class {step.switch_class!r}, not "
+                            "what its place in the cascade makes it")
+        if repeat:
+            decided = decide_next(step.system, history, 0).switch_class if history else None
+            if step.switch_class != "localized_defect" or decided != "localized_defect":
+                problems.append(f"cascade step {number} repeats system {step.system} but the switch rule found no "
+                                f"localized defect to repair on the gate before it (it says {decided!r})")
+        else:
+            history = []
+        gate = step.gate
+        if gate is not None and not gate.passed:
+            history.append(DispatchOutcome(
+                lane=step.system, model=step.model, switch_class="localized_defect" if repeat else "first",
+                verification=Verification(receipt_id=f"gate.s{number}", passed=False, fingerprint=gate.fingerprint,
+                                          tests_expected=gate.tests_expected, tests_failing=gate.tests_failing)))
+    return problems

@@ -36,6 +36,7 @@ from harness.evidence.jsonio import canonical_line, read_bytes, read_json, sha25
 from harness.evidence.money import sum_costs
 from harness.evidence.portable import machine_names, portable_text, portable_value
 from harness.evidence.tree import tree_signature
+from harness.gate.decision import DispatchOutcome, SwitchDecision, Verification, decide_next
 from harness.meter.allowance import Allowance
 from harness.meter.cost import Cost, meter, total_cost
 from harness.meter.pricing import Price, PricingTable, load_pricing
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from harness.evals.verify_pool import VerifierPool
 
 __all__ = ["CascadeSystem", "RepoTaskKind", "WorkOrder", "carry_out", "checkout", "evidence_packet", "keep_work",
-           "node_work", "perform", "perform_on_node", "tree_diff", "work_folder"]
+           "node_work", "perform", "perform_on_node", "repair_section", "tree_diff", "work_folder"]
 
 log = logging.getLogger("harness.run.kinds.repo_task")
 NODE_GRACE_S: Final = 60.0
@@ -275,6 +276,32 @@ def evidence_packet(system: str, gate: CascadeGate, output: bytes) -> str:
             f"```text\n{tail}\n```\n")
 
 
+def repair_section(decision: SwitchDecision, output: bytes) -> str:
+    """What a cascade's system is told for a targeted repair (the gated path's rule found a localized defect):
+    only the failing visible tests' failure sections from the gate's output (`failing_test_evidence`)."""
+    from harness.gate.evidence import failing_test_evidence, render_repair
+
+    tests = failing_test_evidence(output.decode("utf-8", "replace"), decision.failing_tests)
+    return render_repair({"failing_tests": tests, "tests_expected": decision.tests_expected}, None)
+
+
+def _outcome(system: CascadeSystem, switch_class: str, number: int, gate: CascadeGate) -> DispatchOutcome:
+    """A cascade step and its failed gate as the switch rule's history reads a dispatch and its verification
+    (the system is the lane; the gate's output file names the verification)."""
+    return DispatchOutcome(lane=system.system, model=system.model,
+                           switch_class="localized_defect" if switch_class == "localized_defect" else "first",
+                           verification=Verification(receipt_id=f"gate.s{number}", passed=gate.passed,
+                                                     fingerprint=gate.fingerprint, tests_expected=gate.tests_expected,
+                                                     tests_failing=gate.tests_failing))
+
+
+def _max_dispatches(task_path: str) -> int:
+    """The task's `budget.max_dispatches`: a cascade's steps are its dispatches."""
+    from harness.gate.task import load_task
+
+    return load_task(task_path).budget.max_dispatches
+
+
 def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The attempt's work, written nowhere but a temporary folder: (its attempt record, its work files by
     name). `carry_out` keeps the files; the ray engine runs this on a node (`perform_on_node`)."""
@@ -320,15 +347,23 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
         except (Refusal, OSError, VerifierUnavailable) as exc:
             error = ("harness_error", f"the workspace could not be set up: {exc}")
         prompt, spent = r.prompt, 0.0
-        for number, system in enumerate(systems if error is None else (), start=1):
-            allowance = order.allowance
-            if number > 1 and order.escalate is not None:
-                allowance = order.escalate(system.system, spent)
+        index, number, switch_class = 0, 0, "first"
+        base, system_spent = order.allowance, 0.0  # the allowance of this system's first step, what its steps spent
+        ran: list[DispatchOutcome] = []  # this system's gated steps, as the switch rule reads them
+        dispatches = _max_dispatches(task_path) if error is None and order.cascade else 0
+        while error is None and index < len(systems):
+            system = systems[index]
+            number += 1
+            allowance = base
+            if switch_class == "escalation" and order.escalate is not None:
+                allowance = base = order.escalate(system.system, spent)
+            elif switch_class == "localized_defect" and base is not None:  # the same system's room, less its steps
+                allowance = dataclasses.replace(base, limit_usd=max(0.0, sum_costs([base.limit_usd, -system_spent])))
             # the attempt deadline runs from the first dispatch (the gate's time counts against later steps)
             began = time.monotonic() if number == 1 else began
             left = order.deadline_s if number == 1 else order.deadline_s - (time.monotonic() - began)
             if number > 1 and left <= 1.0:
-                break  # no time left for the next system: the tree the last step left is judged
+                break  # no time left for another step: the tree the last step left is judged
             wire: str | None = None
             result = None
             try:
@@ -347,6 +382,7 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
             cost, used, made, model_snapshot, step_error = _metered(wire, system.price)
             costs.append(cost)
             spent += cost.total or 0.0
+            system_spent += cost.total or 0.0
             tokens = None if tokens is None or used is None else tokens + used
             exchanges += made
             snapshot, last_error = model_snapshot or snapshot, step_error if made else last_error
@@ -363,25 +399,40 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
                 error = (str(code), f"the worker's provider failed (exit {PROVIDER_FAILURE_EXIT}); "
                                     f"last request: {last_error}")
             gate: CascadeGate | None = None
-            if error is None and refusal is None and order.cascade and number < len(systems):
+            step_class, next_class = switch_class, "escalation"
+            if error is None and refusal is None and order.cascade and index < len(systems) - 1:
                 try:
                     seen = gate_visible(ws, task_path, state)
                 except Refusal as exc:  # what the worker left cannot even be gated: judged, not passed
                     refusal, passed = exc.code.value, False
-                else:  # kept, and shown to the next system, without this machine's folders
+                else:  # kept, and shown to the next step, without this machine's folders
                     shown = portable_text(seen.output.decode("utf-8", "replace"), names).encode("utf-8")
                     files[f"gate.s{number}.output"] = shown
                     gate = CascadeGate(passed=seen.passed, exit_code=seen.exit_code, timed_out=seen.timed_out,
-                                       duration_s=seen.duration_s, output_sha256=sha256_hex(shown))
-                    prompt = r.prompt + evidence_packet(system.system, gate, shown)
+                                       duration_s=seen.duration_s, output_sha256=sha256_hex(shown),
+                                       fingerprint=seen.fingerprint, tests_expected=seen.tests_expected,
+                                       tests_failing=seen.tests_failing)
+                    if not gate.passed:
+                        ran.append(_outcome(system, step_class, number, gate))
+                        # the gated path's rule; a repair only while the later systems keep a dispatch each
+                        decision = decide_next(system.system, ran, 0)
+                        if (decision.switch_class == "localized_defect"
+                                and number + 1 + (len(systems) - 1 - index) <= dispatches):
+                            next_class = "localized_defect"
+                            prompt = r.prompt + repair_section(decision, shown)
+                        else:
+                            prompt = r.prompt + evidence_packet(system.system, gate, shown)
             steps.append(CascadeStep(
                 system=system.system, model=system.model, dispatch_id=None if result is None else result.dispatch_id,
                 exit_code=None if result is None else result.process.exit_code,
                 timed_out=bool(result is not None and result.process.timed_out), exchanges=made,
                 cost_usd=cost.total, wire=step_wire(number) if step_wire(number) in files else None,
-                budget_stop=bool(result is not None and result.budget_stop), gate=gate))
+                budget_stop=bool(result is not None and result.budget_stop), gate=gate, switch_class=step_class))
             if gate is None or gate.passed:
                 break
+            switch_class = next_class
+            if next_class == "escalation":
+                index, ran, system_spent = index + 1, [], 0.0
         if error is None and refusal is None:
             try:
                 verdict = verify(ws, task_path, state, sandbox=order.sandbox)
