@@ -59,6 +59,9 @@ class Arm:
     """The arm's own worker on a `repo_task` suite (None: the system's catalog worker; docs/prereg.md)."""
     cascade: tuple[str, ...] | None = None
     """A live cascade's systems, cheapest first (docs/prereg.md, "Cascade arms"); None: a single-system arm."""
+    targeted_repair: bool = False
+    """A cascade arm only: after a failed gate, the switch rule's localized defect is repaired by the same system
+    before escalating (docs/prereg.md, "Cascade arms"); False: every failed gate escalates (registered before)."""
 
     def entry(self, slot: str) -> bool:
         """Whether the plan runs this arm under system `slot`: every system for a single-system arm, only the
@@ -303,7 +306,10 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
     arms: list[Arm] = []
     for i, entry in enumerate(r.array(doc, "arms")):
         where = f"arms[{i}]"
-        r.keys(entry, where, {"id", "template", "temperature", "worker", "cascade"}, {"id", "template"})
+        r.keys(entry, where, {"id", "template", "temperature", "worker", "cascade", "targeted_repair"}, {"id", "template"})
+        repair = entry.get("targeted_repair", False)
+        if not isinstance(repair, bool) or (repair and "cascade" not in entry):
+            raise r.bad(f"{where}.targeted_repair must be true or false, and true only on a cascade arm")
         template = r.text(entry["template"], f"{where}.template")
         if "{prompt}" not in template:
             raise r.bad(f"{where}.template must contain {{prompt}}")
@@ -314,6 +320,7 @@ def parse_design(doc: dict[str, Any], *, path: str, sha256: str) -> Design:
             temperature=None if temperature is None else r.number(temperature, f"{where}.temperature", low=0.0, high=2.0),
             worker=None if "worker" not in entry else _worker(entry["worker"], f"{where}.worker", path),
             cascade=None if "cascade" not in entry else _cascade(entry["cascade"], f"{where}.cascade", r, set(slots)),
+            targeted_repair=repair,
         ))
     arm_ids = [a.id for a in arms]
     if len(set(arm_ids)) != len(arm_ids):

@@ -88,6 +88,13 @@ def shape_error(rec: Any, shape: Shape) -> str | None:
     return None
 
 
+def _nested_error(rec: Any, shape: Shape, optional: frozenset[str]) -> str | None:
+    """`shape_error` for a nested record: a field with a default may be absent, as at the top level."""
+    if isinstance(rec, dict) and optional & set(shape) - set(rec):
+        return shape_error(rec, {k: f for k, f in shape.items() if k in rec or k not in optional})
+    return shape_error(rec, shape)
+
+
 def values_of(shape: Shape | Field, what: str) -> Field:
     """An object whose every value is of `shape` (an object shape, or one field)."""
     def ok(v: Any) -> bool:
@@ -158,12 +165,12 @@ def _field(hint: Any) -> Field:
         inner = _field(_non_null(hint))
         return Field(f"{inner.what} or null", lambda v: v is None or inner.ok(v))
     if _nested(hint):
-        shape = shape_of(hint)
-        return Field(_braces(shape), lambda v: shape_error(v, shape) is None)
+        shape, optional = shape_of(hint), optional_keys(hint)
+        return Field(_braces(shape), lambda v: _nested_error(v, shape, optional) is None)
     if origin is tuple and _nested(args[0]):
-        each = shape_of(args[0])
+        each, optional = shape_of(args[0]), optional_keys(args[0])
         return Field(f"a list of {_braces(each)}",
-                     lambda v: isinstance(v, list) and all(shape_error(x, each) is None for x in v))
+                     lambda v: isinstance(v, list) and all(_nested_error(x, each, optional) is None for x in v))
     if origin is tuple:
         item = _field(args[0])
         return Field(f"a list, each {item.what}", lambda v: isinstance(v, list) and all(item.ok(x) for x in v))

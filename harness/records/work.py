@@ -129,7 +129,19 @@ class AttemptWork:
             raise f.bad("work.folder must lie under work/ in the stage folder")
         if work.cascade is not None:
             _check_cascade(obj["cascade"], f)
+        steps = MAX_CASCADE_STEPS if work.cascade is None else len(work.cascade.steps)
+        beyond = sorted(n for n in work.files if _step_of(n) > steps)
+        if beyond:  # a cascade's files name only the steps it recorded
+            raise f.bad(f"work.files: {', '.join(beyond)} name(s) a step beyond the {steps} recorded")
         return work
+
+
+def _step_of(name: str) -> int:
+    """The cascade step a work file belongs to (`wire.s<n>.jsonl`, `gate.s<n>.output`; 1 for the others)."""
+    for prefix, suffix in (("wire.s", ".jsonl"), ("gate.s", ".output")):
+        if name.startswith(prefix) and name.endswith(suffix):
+            return int(name[len(prefix):-len(suffix)])
+    return 1
 
 
 def _exact(obj: Mapping[str, Any], cls: type, where: str, f: Fields) -> None:

@@ -26,12 +26,14 @@ from harness.prereg.order import draw
 from harness.records.work import step_wire
 from harness.run.layout import log_seed
 from harness.run.runner import run_stage
+from tests.support.oracle import Records, rebuild
 from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
 
 ARMS: list[dict[str, Any]] = [{"id": "single", "template": "{prompt}"},
-                              {"id": "cascade", "template": "{prompt}", "cascade": ["cheap", "strong"]}]
+                              {"id": "cascade", "template": "{prompt}", "cascade": ["cheap", "strong"],
+                               "targeted_repair": True}]
 LOCALIZED = "toolz-0.12.1-m02"
 """An off-by-one the visible tests see in one test function of nine: the mutated file is a localized defect, and
 cheap's targeted repair fixes it."""
@@ -142,3 +144,15 @@ def test_a_localized_defect_is_repaired_by_the_same_system_and_a_broad_failure_e
     assert row["s_live"] == pytest.approx(math.fsum(strong) / 2)
     assert row["v_s"] == pytest.approx(math.fsum(s["gate"]["duration_s"] for c in cascades.values()
                                                  for s in c["work"]["cascade"]["steps"] if s["gate"]) / 3)
+
+    # the oracle replays the rule on the recorded gates: a repair its gate does not justify (three visible tests
+    # failing is no localized defect) is caught, and so is a step whose class is not its place in the cascade
+    def broaden(recs: Records) -> None:
+        (mine,) = [r for r in recs["attempts"] if r["run_id"] == u["run_id"]]
+        mine["work"]["cascade"]["steps"][0]["gate"]["tests_failing"] = ["t.py::a", "t.py::b", "t.py::c"]
+        mine["work"]["cascade"]["steps"][2]["switch_class"] = "localized_defect"
+
+    rebuild(folder, prereg, broaden)
+    problems = [p for p in run_problems(folder, prereg_dir=prereg) if p.rule == "work"]
+    assert any("found no localized defect" in p.message for p in problems), problems
+    assert any("cascade step 3 (strong) has switch_class 'localized_defect'" in p.message for p in problems), problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -60,6 +61,43 @@ def test_step_wire_names() -> None:
     lambda d: d["cascade"]["steps"][1].update(surplus=0),
 ])
 def test_a_cascade_s_nested_objects_are_read_exactly(change: Any) -> None:
+    doc = _work(CASCADE).to_json()
+    change(doc)
+    with pytest.raises(Refusal) as caught:
+        AttemptWork.from_json(doc)
+    assert caught.value.code == "attempt_invalid"
+
+
+def test_a_cascade_record_from_before_targeted_repairs_still_reads() -> None:
+    # committed results carry no switch_class and no per-test gate fields: they read with the defaults
+    doc = _work(CASCADE).to_json()
+    for step in doc["cascade"]["steps"]:
+        del step["switch_class"]
+    for key in ("fingerprint", "tests_expected", "tests_failing"):
+        del doc["cascade"]["steps"][0]["gate"][key]
+    read = AttemptWork.from_json(doc)
+    assert read == _work(CASCADE) and read.cascade is not None and read.cascade.steps[0].switch_class is None
+
+
+def test_a_repaired_step_round_trips_with_its_class_and_the_gate_s_per_test_report() -> None:
+    gate = CascadeGate(passed=False, exit_code=1, timed_out=False, duration_s=1.0, output_sha256="a" * 64,
+                       fingerprint="f" * 64, tests_expected=9, tests_failing=("t.py::test_x",))
+    first, last = CASCADE.steps
+    steps = (replace(first, gate=gate, switch_class="first"), replace(first, switch_class="localized_defect", wire=None),
+             replace(last, wire="wire.s3.jsonl", switch_class="escalation"))
+    work = replace(_work(CascadeWork(systems=("cheap", "strong"), steps=steps)),
+                   files={"wire.jsonl": "b" * 64, "wire.s3.jsonl": "c" * 64, "gate.s2.output": "d" * 64})
+    doc = work.to_json()
+    assert doc["cascade"]["steps"][0]["gate"]["tests_failing"] == ["t.py::test_x"]
+    assert AttemptWork.from_json(doc) == work
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["cascade"]["steps"][0].update(switch_class="stagnation"),
+    lambda d: d["cascade"]["steps"][0]["gate"].update(tests_failing="t.py::test_x"),
+    lambda d: d["files"].update({"gate.s3.output": "e" * 64}),  # a gate after a third step of two recorded
+])
+def test_a_bad_switch_class_or_gate_report_is_refused(change: Any) -> None:
     doc = _work(CASCADE).to_json()
     change(doc)
     with pytest.raises(Refusal) as caught:

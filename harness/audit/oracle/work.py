@@ -46,6 +46,14 @@ class WorkRules(CheckBase):
         pricing = load_pricing(self.rules.manifests["pricing"])
         return {s.slot: pricing.get(s.pricing_key) for s in check_frozen(self.prereg).design.systems}
 
+    def _repairs_registered(self, arm: str) -> bool | None:
+        """Whether the cascade arm registered `targeted_repair` (None: no preregistration to read it from)."""
+        if self.prereg is None:
+            return None
+        from harness.prereg.frozen import check_frozen
+
+        return check_frozen(self.prereg).design.arm(arm).targeted_repair
+
     def check_work(self) -> None:
         prices = self._prices()
         self.work_verdicts: dict[int, bool | None] = {}
@@ -106,7 +114,7 @@ class WorkRules(CheckBase):
             self.p("attempts.jsonl", line, "work", f"the cascade's steps {list(ran)} do not run its systems "
                    f"{list(c.systems)} in order from the cell's system {cell}")
             return
-        for problem in _repair_problems(c.steps):
+        for problem in _repair_problems(c.steps, self._repairs_registered(self.requests[rec["run_id"]].arm)):
             self.p("attempts.jsonl", line, "work", problem)
         for step in c.steps[:-1]:
             if step.gate is None or step.gate.passed:
@@ -152,11 +160,14 @@ class WorkRules(CheckBase):
                        f"{self.work_verdicts[n]!r}")
 
 
-def _repair_problems(steps: Sequence[CascadeStep]) -> list[str]:
+def _repair_problems(steps: Sequence[CascadeStep], registered: bool | None) -> list[str]:
     """A cascade's steps against the switch rule (`harness.gate.decision.decide_next`, replayed on each
     system's gates): a step repeating its system's must be a `localized_defect` step the rule decided on the
-    gate before it; a step on the next system an `escalation` (records made before targeted repairs: no class)."""
+    gate before it, in an arm that registered `targeted_repair` (`registered`; None: not known); a step on the
+    next system an `escalation` (records made before targeted repairs: no class)."""
     problems: list[str] = []
+    if registered is False and any(s.switch_class == "localized_defect" for s in steps):
+        problems.append("a cascade step is a targeted repair, but its arm did not register targeted_repair")
     history: list[DispatchOutcome] = []
     for number, step in enumerate(steps, start=1):
         repeat = number > 1 and steps[number - 2].system == step.system

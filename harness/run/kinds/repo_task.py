@@ -108,6 +108,8 @@ class WorkOrder:
     else bwrap, as a local run."""
     cascade: tuple[CascadeSystem, ...] = ()
     """A live cascade's systems, cheapest first (empty: a single-system arm, the cell's system)."""
+    targeted_repair: bool = False
+    """A cascade arm that registered `targeted_repair`: a localized defect is repaired by the same system first."""
     escalate: Callable[[str, float], Allowance | None] | None = None
     """A cascade's allowance for its next system, given that system and what the steps before it spent."""
     verify_timeout_s: float = 600.0
@@ -350,7 +352,7 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
         index, number, switch_class = 0, 0, "first"
         base, system_spent = order.allowance, 0.0  # the allowance of this system's first step, what its steps spent
         ran: list[DispatchOutcome] = []  # this system's gated steps, as the switch rule reads them
-        dispatches = _max_dispatches(task_path) if error is None and order.cascade else 0
+        dispatches = _max_dispatches(task_path) if error is None and order.targeted_repair else 0
         while error is None and index < len(systems):
             system = systems[index]
             number += 1
@@ -552,18 +554,19 @@ class RepoTaskKind(SuiteKind):
         its own system's room now (`escalation_room`: that system's cap and the ceiling, the earlier steps'
         spend counted against the ceiling), shared as `claim` shares a room (`_share`); the attempt's claim
         becomes that allowance. No room: its first request is a budget stop and the attempt ends `budget_stop`."""
-        cascade = host.s.design.arm(r.arm).cascade
+        arm = host.s.design.arm(r.arm)
+        cascade = arm.cascade
         if cascade is None:
             return {}
         systems = tuple(CascadeSystem(slot, host.s.models[slot].id, host.s.base_urls[slot], host.s.prices[slot])
                         for slot in cascade)
         if room_usd is None:
-            return {"cascade": systems}
+            return {"cascade": systems, "targeted_repair": arm.targeted_repair}
 
         def escalate(system: str, spent: float) -> Allowance:
             return self.allowance(host, system, self._share(host, key, host.escalation_room(system, spent)))
 
-        return {"cascade": systems, "escalate": escalate}
+        return {"cascade": systems, "escalate": escalate, "targeted_repair": arm.targeted_repair}
 
     def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
         """Every item checks whole (`check_task_suite`) and the sandbox can run here (no warm verifiers:
