@@ -83,3 +83,25 @@ def test_a_cascade_arm_is_planned_once_per_item_under_its_first_system(tmp_path:
     plan = plan_study(folder, "@stages")
     cells = [(c.system, c.arm) for c in plan.cells]
     assert sorted(cells) == sorted([("cheap", "single")] * 3 + [("strong", "single")] * 3 + [("cheap", "cascade")] * 3)
+
+
+def test_targeted_repair_is_registered_on_a_cascade_arm_and_off_by_default(tmp_path: Path) -> None:
+    def apply(doc: dict[str, Any]) -> None:
+        _with_cascade(["cheap", "strong"])(doc)
+        doc["arms"][-1]["targeted_repair"] = True
+
+    design = load_design(write_prereg(tmp_path / "on", apply) / "design.toml")
+    assert design.arm("cascade").targeted_repair is True and design.arm("direct").targeted_repair is False
+    plain = load_design(write_prereg(tmp_path / "off", _with_cascade(["cheap", "strong"])) / "design.toml")
+    assert plain.arm("cascade").targeted_repair is False
+
+
+@pytest.mark.parametrize(("arm", "value"), [(0, True), (-1, "yes"), (-1, 1)])
+def test_targeted_repair_off_a_cascade_or_not_a_boolean_is_refused(tmp_path: Path, arm: int, value: Any) -> None:
+    def apply(doc: dict[str, Any]) -> None:
+        _with_cascade(["cheap", "strong"])(doc)
+        doc["arms"][arm]["targeted_repair"] = value
+
+    with pytest.raises(Refusal) as caught:
+        load_design(write_prereg(tmp_path, apply) / "design.toml")
+    assert caught.value.code == "design_invalid" and "targeted_repair" in caught.value.message
