@@ -251,6 +251,23 @@ def parse_pricing(data: bytes, path: str | os.PathLike[str] | None = None) -> Pr
     """Validate pricing YAML `data` (the bytes exactly as read) into a `PricingTable`."""
     where = None if path is None else os.fspath(path)
     digest = sha256_hex(data)
+    key = (digest, where)
+    table = _TABLES.get(key)
+    if table is None:  # the same bytes from the same path validate to the same table (docs/models.md, "The catalog")
+        table = _parse_table(data, digest, where)
+        if len(_TABLES) >= _PARSED_KEEP:
+            del _TABLES[next(iter(_TABLES))]
+        _TABLES[key] = table
+    return table
+
+
+# Tables already validated, by (sha256 of the bytes, path): an audit prices each stage's work from the same file;
+# the bytes are hashed every time, so changed bytes are parsed again. A table is frozen (its models a read-only view).
+_PARSED_KEEP = 8
+_TABLES: dict[tuple[str, str | None], PricingTable] = {}
+
+
+def _parse_table(data: bytes, digest: str, where: str | None) -> PricingTable:
     try:
         text = data.decode("utf-8", "strict")
     except UnicodeDecodeError as exc:
