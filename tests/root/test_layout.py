@@ -75,3 +75,28 @@ def test_the_checker_sees_test_module_imports() -> None:
     assert _is_test_module("tests.conftest")
     assert not _is_test_module("tests.support.design")
     assert not _is_test_module("harness.run.attempts")
+
+
+def test_tests_sharing_a_module_fixture_are_one_xdist_group_and_an_own_group_is_kept() -> None:
+    """tests/support/groups.py, as `make test` collects: read from the collected items' marks."""
+    import pytest
+
+    groups: dict[str, str | None] = {}
+
+    class Marks:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+            for item in items:
+                mark = item.get_closest_marker("xdist_group")
+                groups[item.nodeid] = None if mark is None else str(mark.args[0])
+
+    files = ["tests/audit/test_audit.py", "tests/run/test_remote.py"]
+    code = pytest.main(["--collect-only", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "--rootdir", str(REPO),
+                        *(str(REPO / f) for f in files)], plugins=[Marks()])
+    assert code == 0
+    audit = {k.split("::")[1].split("[")[0]: v for k, v in groups.items() if k.startswith(files[0])}
+    # every test that takes `copy` takes the module-scoped `built` through it: one group, one build
+    assert audit["test_with_a_witness_every_flipped_byte_is_a_break"] == "tests/audit/test_audit.py::built"
+    assert audit["test_each_named_edit_is_a_named_break"] == "tests/audit/test_audit.py::built"
+    assert audit["test_anchor_form_names_each_wrong_field"] is None  # no shared set-up: it still spreads
+    assert {v for k, v in groups.items() if k.startswith(files[1])} == {"ray-cluster"}
