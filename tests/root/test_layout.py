@@ -96,7 +96,7 @@ def test_tests_sharing_a_module_fixture_are_one_xdist_group_and_an_own_group_is_
     assert code == 0
     audit = {k.split("::")[1].split("[")[0]: v for k, v in groups.items() if k.startswith(files[0])}
     # every test that takes `copy` takes the module-scoped `built` through it: one group, one build
-    assert audit["test_with_a_witness_every_flipped_byte_is_a_break"] == "tests/audit/test_audit.py::built"
-    assert audit["test_each_named_edit_is_a_named_break"] == "tests/audit/test_audit.py::built"
+    assert audit["test_with_a_witness_every_flipped_byte_is_a_break"] == "tests/audit/test_audit.py::module-scope"
+    assert audit["test_each_named_edit_is_a_named_break"] == "tests/audit/test_audit.py::module-scope"
     assert audit["test_anchor_form_names_each_wrong_field"] is None  # no shared set-up: it still spreads
     assert {v for k, v in groups.items() if k.startswith(files[1])} == {"ray-cluster"}
