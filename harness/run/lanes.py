@@ -13,6 +13,7 @@ import dataclasses
 import os
 from typing import Any
 
+from harness.evidence.money import sum_costs
 from harness.meter.cost import Cost, meter
 from harness.providers.base import Exchange, GenerationSettings, ProviderRequest
 from harness.providers.registry import adapter_for
@@ -21,7 +22,14 @@ from harness.run.attempts import attempt_from_exchange, error_attempt, never_sen
 from harness.run.finals import Finals
 from harness.run.ledger import CellState
 from harness.run.remote import NodeLost
-from harness.run.rules import BREAKER_CODE, BREAKER_FAILURES, classify, run_ended, unreachable
+from harness.run.rules import (
+    BREAKER_CODE,
+    BREAKER_FAILURES,
+    booked_spend,
+    classify,
+    run_ended,
+    unreachable,
+)
 
 __all__ = ["Lanes"]
 
@@ -48,7 +56,8 @@ class Lanes(Finals):
                            **({"node": node} if node is not None else {}))
         self.ledger.logged_attempt_lines.add(line)
         self._breaker_locked(cell, record)
-        self._add_spend_locked(cell.system, record["cost_usd"])
+        for system, amount in booked_spend(record, cell.system, self.reserve, self.spend_parts):
+            self._add_spend_locked(system, amount)
         return line, sha
 
     def _breaker_locked(self, cell: PlanCell, record: dict[str, Any]) -> None:
@@ -105,6 +114,19 @@ class Lanes(Finals):
         """`room_locked` now, for an attempt of `system` under way (its allowance when it gets its turn)."""
         with self.lock:
             return self.room_locked(system)
+
+    def escalation_room(self, system: str, spent: float) -> float:
+        """What a live cascade's later step on `system` may spend inside its attempt (docs/run.md, "Cascade
+        arms"): `system`'s cap less its spend and the reserve of each of its attempts under way (the asking
+        attempt is under its first system), or the ceiling less the total, the earlier steps' `spent` (not yet
+        recorded) and every other attempt's reserve, whichever is smaller (>= 0); 0 when `system` is halted."""
+        with self.lock:
+            if self.halted(system) or system not in self.spend:
+                return 0.0
+            everyone = sum(self.under_way.values()) - 1
+            cap_room = sum_costs([self.caps[system], -self.spend[system], -self.reserve * self.under_way[system]])
+            ceiling_room = sum_costs([self.ceiling, -self.total(), -spent, -self.reserve * everyone])
+            return max(0.0, min(cap_room, ceiling_room))
 
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any], *, node: str | None = None) -> None:
         """Append a kind's attempt record (its `ended` stamped now; `node`: the ray engine's node that did its

@@ -23,7 +23,7 @@ from harness.records.final import FINAL_KIND, RunFinal
 from harness.records.plan import PlanCell
 from harness.records.run_event import RunEvent
 from harness.run.layout import archive_name, log_seed, receipt_name
-from harness.run.rules import action_for, classify, cost_for_spend, run_ended
+from harness.run.rules import action_for, booked_spend, classify, cost_for_spend, run_ended
 
 __all__ = ["AttemptLine", "CellState", "FinalLine", "Ledger", "load_ledger"]
 
@@ -199,10 +199,11 @@ def load_ledger(
     for rid, rec, _ in by_line.values():
         spend[cells[rid].request.system] += 0.0  # keep every system present
         last = max(last, float(rec["ended"]))
-    parts: dict[str, list[float]] = {}
+    parts: dict[str, list[float]] = {system: [] for system in spend}
+    for rid, rec, _ in by_line.values():  # a cascade's steps each to its own system (`booked_spend`)
+        for system, amount in booked_spend(rec, cells[rid].request.system, reserve_usd, parts):
+            parts[system].append(amount)
     for system in spend:
-        parts[system] = [cost_for_spend(rec["cost_usd"], reserve_usd) for rid, rec, _ in by_line.values()
-                         if cells[rid].request.system == system]
         parts[system] += [c for s, c in late if s == system]
         spend[system] = math.fsum(parts[system])
     admissions = _read(folder, "admission", study, stage)

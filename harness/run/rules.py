@@ -6,7 +6,7 @@ See docs/run.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -16,7 +16,7 @@ from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES
 
 __all__ = [
     "BREAKER_CODE", "BREAKER_FAILURES", "INCONCLUSIVE_ITEMS_LIMIT", "AdmissionInputs", "action_for", "admission_decision", "admission_record",
-    "ceiling_total", "classify", "cost_for_spend", "exhausted", "run_ended", "unreachable",
+    "booked_spend", "ceiling_total", "classify", "cost_for_spend", "exhausted", "run_ended", "unreachable",
 ]
 
 INCONCLUSIVE_ITEMS_LIMIT: Final = 5
@@ -129,6 +129,35 @@ def admission_record(inputs: AdmissionInputs, at: float,
 def cost_for_spend(cost_usd: Any, reserve_usd: float) -> float:
     """What a recorded cost adds to spend: the number, or the reserve when it is "unknown"."""
     return reserve_usd if cost_usd == "unknown" else float(cost_usd)
+
+
+def booked_spend(record: Mapping[str, Any], system: str, reserve_usd: float,
+                 systems: Collection[str]) -> list[tuple[str, float]]:
+    """What an attempt record adds to each system's spend, in order: (system, amount) parts (docs/run.md,
+    "Cascade arms", "Which cap each request hits").
+
+    A live cascade's attempt (`work.cascade`) whose cost is a number and whose every step's `cost_usd` is a
+    number, each step of a registered system (`systems`), books each step to its own system; anything else
+    books `cost_for_spend` of the whole attempt to the cell's `system` (an unknown cost: the reserve, once).
+    The runner, the ledger and the oracle all split spend here, so they agree part by part.
+    """
+    whole = [(system, cost_for_spend(record.get("cost_usd"), reserve_usd))]
+    work, cost = record.get("work"), record.get("cost_usd")
+    if not isinstance(work, Mapping) or isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        return whole
+    cascade = work.get("cascade")
+    steps = cascade.get("steps") if isinstance(cascade, Mapping) else None
+    if not isinstance(steps, Sequence) or isinstance(steps, (str, bytes)) or not steps:
+        return whole
+    parts: list[tuple[str, float]] = []
+    for step in steps:
+        if not isinstance(step, Mapping):
+            return whole
+        owner, amount = step.get("system"), step.get("cost_usd")
+        if owner not in systems or isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            return whole
+        parts.append((str(owner), float(amount)))
+    return parts
 
 
 def ceiling_total(spend_before_usd: float, parts: Mapping[str, Sequence[float]]) -> float:

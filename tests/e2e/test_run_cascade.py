@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from harness.run.layout import log_seed
 from harness.run.runner import run_stage
 from tests.support.paths import REPO
 from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
+from tests.support.sim import SimServer, sim_systems
+from tests.support.study import run_argv, runner_env
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
 
@@ -141,3 +144,58 @@ def test_the_ray_engine_refuses_a_stage_with_a_cascade_arm_before_it_starts(tmp_
                   "http://127.0.0.1:9"}, engine="ray")  # fmt: skip
     assert caught.value.code == "engine_invalid" and "cascade" in caught.value.message
     assert not (tmp_path / "results" / "rt" / "A" / "attempts.jsonl").exists()
+
+
+def _dry_spend(prereg: Path, results: Path, url: str) -> dict[str, float]:
+    """Each system's spend as `proctor run --dry-run` counts it from the files (the ledger a resume starts from)."""
+    done = subprocess.run(run_argv(prereg, results, "--dry-run"), cwd=REPO, env=runner_env(url), capture_output=True,
+                          timeout=120)
+    return {s["system"]: float(s["spend_usd"]) for s in json.loads(done.stdout)["progress"]["systems"]}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strong_cap", [1.0, 0.005])
+def test_each_cascade_step_is_booked_to_and_admitted_by_its_own_system_s_cap(
+        tmp_path: Path, sim_server: SimServer, strong_cap: float) -> None:
+    """The cheap system's cap ($0.003) holds its own steps but not one strong request (~$0.01 at the output cap):
+    the strong step is admitted by the strong system's cap and the ceiling, not by what the cheap system's cap
+    leaves, and its spend is the strong system's (the runner's, the ledger's and the oracle's). A strong system
+    whose cap has no room for a request ($0.005) ends the cascade's attempt `budget_stop` at its first request,
+    booked to nobody ($0: never sent). The bundled tasks: cheap returns the files unchanged, so the visible tests
+    fail and every cascade escalates."""
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 0.0, "sim-k3": 1.0}), seed=3)
+    prereg = repo_prereg(tmp_path, arms=ARMS, items=1, caps=(0.003, strong_cap), reserve=0.001)
+    results = tmp_path / "results"
+    run_stage(prereg, "A", results, base_urls={"sim-flash": url, "sim-k3": url})
+    folder = results / "rt" / "A"
+    logs = _logs(folder, "rt", "A")
+    plan = {json.loads(x)["run_id"]: json.loads(x) for x in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    (cascade,) = [a for a in logs["attempts"] if plan[a["run_id"]]["arm"] == "cascade"]
+    steps = cascade["work"]["cascade"]["steps"]
+    assert [s["system"] for s in steps] == ["cheap", "strong"] and steps[0]["gate"]["passed"] is False
+    booked: dict[str, list[float]] = {"cheap": [], "strong": []}
+    for a in logs["attempts"]:
+        system = plan[a["run_id"]]["system"]
+        if plan[a["run_id"]]["arm"] == "cascade":
+            for s in a["work"]["cascade"]["steps"]:
+                booked[s["system"]].append(s["cost_usd"])
+        else:
+            booked[system].append(a["cost_usd"] if a["cost_usd"] != "unknown" else 0.001)
+    if strong_cap == 1.0:
+        # the strong step ran to its end and passed, costing more than the whole cheap cap
+        assert cascade["outcome"] == "delivered", cascade
+        assert steps[1]["budget_stop"] is False and steps[1]["cost_usd"] > 0.003
+        assert {f["run_id"]: f["passed"] for f in logs["finals"]}[cascade["run_id"]] is True
+    else:
+        # the strong system at its cap: the strong step's first request is a budget stop, never sent
+        assert cascade["outcome"] == "error" and cascade["error_code"] == "budget_stop", cascade
+        assert steps[1]["budget_stop"] is True and steps[1]["cost_usd"] == 0.0
+    # each system's spend is its own cells and its own cascade steps: the cheap cap was never crossed
+    spend = _dry_spend(prereg, results, url)
+    for system in ("cheap", "strong"):
+        assert math.isclose(spend[system], math.fsum(booked[system]), rel_tol=1e-9, abs_tol=1e-12), (system, spend)
+    assert spend["cheap"] <= 0.003
+    # the oracle replays every admission against the spend it implies, each step on its own system
+    assert run_problems(folder, prereg_dir=prereg) == []
+    assert build_report(folder, prereg_dir=prereg).summary["problems"] == 0
+    assert audit_results(results / "rt", prereg=prereg).ok

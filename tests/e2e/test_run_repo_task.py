@@ -4,17 +4,21 @@ gated path (a fresh git workspace from the item's snapshot, init, one sandboxed 
 loopback HTTP that answers the bundled tasks (evals/tasks) with their fix or the unchanged files.
 
 Then the report, the oracle (`work`: files, wire, metered cost, verdict), the audit, the analysis, and a
-real `kill -9` of `proctor run` while an attempt's worker runs, resumed with the same command.
+real `kill -9` of `proctor run` while an attempt's worker runs, resumed with the same command, and a bounded loop
+of kills at seeded random moments (nothing left running, nothing lost, nothing counted twice).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
+import random
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,14 +29,18 @@ from harness.audit.audit import audit_results
 from harness.audit.oracle.check import run_problems
 from harness.audit.report import build_report
 from harness.evidence.chain_read import read_log
+from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.portable import machine_paths
 from harness.meter.cost import meter, total_cost
 from harness.meter.pricing import BUNDLED_PRICING, load_pricing
 from harness.meter.wire import read_wire
 from harness.run.layout import log_seed
+from harness.run.rules import cost_for_spend
 from harness.run.runner import run_stage
 from tests.support.cli import run_proctor
+from tests.support.crash import crash_gap
 from tests.support.paths import REPO
+from tests.support.procs import alive_with
 from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
 from tests.support.sim import SimServer, sim_systems
 from tests.support.study import logs as study_logs
@@ -172,6 +180,123 @@ def test_kill_9_while_a_worker_runs_resumes_without_loss(tmp_path: Path, sim_ser
     assert "cheap" in q and "strong" in q
     audit = run_proctor("audit", "--prereg", str(prereg), str(results / "rt"))
     assert audit.code == 0 and audit.out["ok"] is True, audit.out
+
+
+def _kill_gaps(p: Any) -> bool:
+    """What a kill -9 may leave until the next invocation (tests/support/crash.py `crash_gap`), and a work file an
+    attempt cut off was writing: a temporary file of its atomic write."""
+    return crash_gap(p) or (p.rule == "work" and ".tmp-" in os.path.basename(p.file))
+
+
+def spend_from_files(folder: Path, reserve: float) -> float:
+    """The stage's spend from its files alone: every attempt record's cost and every late cost (unknown: the
+    reserve)."""
+    got = _logs(folder)
+    parts = [cost_for_spend(a["cost_usd"], reserve) for a in got["attempts"]]
+    parts += [cost_for_spend(e["cost_usd"], reserve) for e in got["run"] if e["event"] == "late_cost"]
+    return math.fsum(parts)
+
+
+def _leftover(token: str) -> list[int]:
+    """The attempt processes (reapers, sandboxes, workers, gate and verify runs) still alive whose command
+    line names the runner's temporary folder, after waiting up to 10 s for their parent-death signals."""
+    deadline = time.monotonic() + 10
+    while alive_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive_with(token)
+
+
+def test_kill_9_at_random_moments_then_resume_loses_nothing(tmp_path: Path, sim_server: SimServer) -> None:
+    """Issue 17's done-when for repository tasks: `proctor run` (a real subprocess) killed with SIGKILL to its
+    process group at seeded random moments over the stage's run, resumed each time with the same command, then
+    run to its end. After every kill: nothing of the attempt is left running, the oracle finds only crash gaps,
+    what the runner counts is what the files hold, no delivered attempt is lost. At the end: every planned cell
+    stands exactly once, every final is bound to its receipt, each attempt's spend is its wire's (the cheap
+    arm's repair turn makes two requests per attempt), the report, the oracle and `proctor audit` are clean."""
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 0.0, "sim-k3": 1.0}), seed=11)
+    arm = {"id": "fix", "template": "{prompt}", "worker": {"kind": "llm-edit", "repair_turns": 1}}
+    prereg = repo_prereg(tmp_path, items=2, retries=3, arms=[arm])
+    # the runner's temporary folders (every attempt process's command line names it), short enough for the
+    # metering proxy's Unix socket path
+    scratch = Path(tempfile.mkdtemp(prefix="rtk-", dir="/tmp"))
+    try:
+        _soak(prereg, scratch, url)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _soak(prereg: Path, scratch: Path, url: str) -> None:
+    rng = random.Random(20261202)
+    results = prereg.parent.parent / "results"
+    folder = results / "rt" / "A"
+    env = {**runner_env(url), "TMPDIR": str(scratch)}
+    argv = run_argv(prereg, results)
+    reserve = 0.01
+    kills, delivered_seen = 0, set[str]()
+    t0 = time.monotonic()
+    for _ in range(4):
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        wait_in_flight(folder, proc, intents=1 + sum(1 for e in _logs(folder)["run"] if e["event"] == "intent"))
+        time.sleep(rng.uniform(0.0, 3.0))  # an attempt here takes a second or two: over set-up, worker, verify
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode in (-signal.SIGKILL, 0), (proc.returncode, out, err)
+        assert _leftover(str(scratch)) == [], "an attempt's process outlived the killed runner"
+        problems = [x for x in run_problems(folder, prereg_dir=prereg) if not _kill_gaps(x)]
+        assert problems == [], [str(x) for x in problems]
+        dry = json.loads(subprocess.run(run_argv(prereg, results, "--dry-run"), cwd=REPO, env=env,
+                                        capture_output=True, timeout=60).stdout)
+        assert math.isclose(dry["progress"]["total_usd"], spend_from_files(folder, reserve), rel_tol=1e-9,
+                            abs_tol=1e-12), dry
+        now = {json.dumps(a, sort_keys=True) for a in _logs(folder)["attempts"] if a["outcome"] == "delivered"}
+        assert delivered_seen <= now, "a delivered attempt was lost"
+        delivered_seen = now
+        if proc.returncode == 0:
+            break
+    assert kills >= 3, f"only {kills} of the rounds were killed mid-stage"
+    final = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert final.returncode == 0, (final.stdout, final.stderr)
+    assert _leftover(str(scratch)) == []
+    assert run_problems(folder, prereg_dir=prereg) == []
+    got = _logs(folder)
+    plan = {json.loads(x)["run_id"]: json.loads(x) for x in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    # every planned cell stands exactly once
+    standing = [f["run_id"] for f in got["finals"] if f["action"] == "stand"]
+    assert sorted(standing) == sorted(plan), (standing, sorted(plan))
+    keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
+    assert len(keys) == len(set(keys)), "an attempt recorded twice"
+    assert any(a.get("error_code") == "runner_lost" for a in got["attempts"]), "no kill landed inside an attempt"
+    # every final is bound to its receipt, and its receipt to the attempt it judged
+    shas = [sha256_hex(canonical_bytes(a)) for a in got["attempts"]]
+    for f in got["finals"]:
+        assert f["attempt_sha256"] == shas[f["attempt_line"] - 1], f
+        if f.get("receipt") is not None:
+            data = (folder / f["receipt"]).read_bytes()
+            receipt = json.loads(data)
+            assert receipt["attempt_sha256"] == f["attempt_sha256"] and receipt["passed"] is f["passed"], f
+            assert receipt["run_id"] == f["run_id"] and receipt["rerun"] == f["rerun"], f
+    assert {(plan[f["run_id"]]["system"], f["passed"]) for f in got["finals"] if f["action"] == "stand"} == {
+        ("cheap", False), ("strong", True)}
+    # spend conserved across the requests of each attempt: the attempt's cost is its wire metered, and the
+    # cheap arm's attempts (a failed edit, then a repair turn) made more than one request
+    price = load_pricing(BUNDLED_PRICING)
+    for a in got["attempts"]:
+        if a["outcome"] != "delivered":
+            continue
+        wire = read_wire(folder / a["work"]["folder"] / "wire.jsonl")
+        system = plan[a["run_id"]]["system"]
+        metered = total_cost(meter(w.usage, price.get("sim-flash" if system == "cheap" else "sim-k3")) for w in wire)
+        assert metered.total is not None and math.isclose(a["cost_usd"], metered.total), a
+        assert len(wire) == a["work"]["exchanges"] >= (2 if system == "cheap" else 1), a
+    assert math.isclose(json.loads(final.stdout)["progress"]["total_usd"], spend_from_files(folder, reserve),
+                        rel_tol=1e-9, abs_tol=1e-12)
+    assert build_report(folder, prereg_dir=prereg).summary["problems"] == 0
+    audit = run_proctor("audit", "--prereg", str(prereg), str(results / "rt"))
+    assert audit.code == 0 and audit.out["ok"] is True, audit.out
+    print(f"repo-task kill soak: {kills} kills, {len(got['attempts'])} attempts, {time.monotonic() - t0:.1f} s")
 
 
 def test_a_worker_whose_provider_fails_is_a_provider_failure_retried_then_exhausted(

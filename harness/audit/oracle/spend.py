@@ -9,7 +9,7 @@ import bisect
 import math
 
 from harness.audit.oracle.base import CheckBase, abandoned, close
-from harness.run.rules import cost_for_spend
+from harness.run.rules import booked_spend, cost_for_spend
 
 __all__ = ["SpendRules"]
 
@@ -23,9 +23,9 @@ class SpendRules(CheckBase):
         spend: list[tuple[float, str, float]] = []
         owed = {(r["run_id"], r["rerun"], r["attempt"]): r for r, _ in self.by_line.values() if abandoned(r)}
         self.late_costs: dict[tuple[str, int, int], float] = {}  # (run_id, rerun, attempt) -> its first late cost
-        for rec, _ in self.by_line.values():
-            spend.append((float(rec["ended"]), self.requests[rec["run_id"]].system,
-                          cost_for_spend(rec["cost_usd"], reserve)))
+        for rec, _ in self.by_line.values():  # a cascade's steps each to its own system (`booked_spend`)
+            for system, amount in booked_spend(rec, self.requests[rec["run_id"]].system, reserve, self.systems):
+                spend.append((float(rec["ended"]), system, amount))
         for line, e in self.events:
             if e["event"] != "late_cost":
                 continue

@@ -60,6 +60,8 @@ class KindHost(VerifyHost, Protocol):
 
     def room_now(self, system: str) -> float: ...
 
+    def escalation_room(self, system: str, spent: float) -> float: ...
+
 
 class SuiteKind(ABC):
     """How one attempt of a cell is carried out (`attempt`) and how a delivered one is scored (`verify`)."""

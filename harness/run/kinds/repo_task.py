@@ -434,9 +434,14 @@ class RepoTaskKind(SuiteKind):
         less what the other attempts running hold above the reserve, shared among the run's lanes
         (`lanes_per_system` x systems) but never below the reserve: the attempts running at once never take a
         system over its cap or the run over the ceiling. With one lane and one system it is the whole room."""
+        return self._share(host, key, host.room_now(system))
+
+    def _share(self, host: KindHost, key: tuple[str, int, int], room_usd: float) -> float:
+        """`claim`'s rule on a room: less what the other attempts running hold above the reserve, shared among
+        the lanes, never below the reserve; held as `key`'s claim."""
         reserve = host.s.design.budgets.reserve_per_item_usd
-        above = sum_costs([max(0.0, c - reserve) for c in self._claims.values()])
-        room = max(0.0, sum_costs([host.room_now(system), -above]))
+        above = sum_costs([max(0.0, c - reserve) for k, c in list(self._claims.items()) if k != key])
+        room = max(0.0, sum_costs([room_usd, -above]))
         share = room / max(1, host.rules.lanes_per_system * len(host.s.systems))
         self._claims[key] = claim = min(room, max(reserve, share))
         return claim
@@ -463,7 +468,7 @@ class RepoTaskKind(SuiteKind):
             "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder,
             "worker": host.s.design.arm(r.arm).worker,
             "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd),
-            "queued_s": queued_s, **self._cascade(host, r, room_usd)}
+            "queued_s": queued_s, **self._cascade(host, r, room_usd, (r.run_id, rerun, number))}
         if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
             return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="", **common)
         if item.workspace is None or not isinstance(private.get("task"), str):
@@ -479,12 +484,14 @@ class RepoTaskKind(SuiteKind):
         return WorkOrder(task_path=task_path, snapshot=os.path.join(self.root, item.workspace),
                          snapshot_tree=str(item.metadata.get("workspace_tree")), **common)
 
-    def _cascade(self, host: KindHost, r: PlanCell, room_usd: float | None) -> dict[str, Any]:
+    def _cascade(self, host: KindHost, r: PlanCell, room_usd: float | None,
+                 key: tuple[str, int, int]) -> dict[str, Any]:
         """A cascade arm's systems and its escalation allowance (docs/run.md, "Cascade arms").
 
-        The whole attempt is booked to the cell's system (the cascade's first) and the ceiling, so a later
-        step may spend what the first left of the attempt's room; it may also never spend more than its own
-        system's room now (its cap and the ceiling)."""
+        Each step is booked to its own system (`harness.run.rules.booked_spend`): a later step's allowance is
+        its own system's room now (`escalation_room`: that system's cap and the ceiling, the earlier steps'
+        spend counted against the ceiling), shared as `claim` shares a room (`_share`); the attempt's claim
+        becomes that allowance. No room: its first request is a budget stop and the attempt ends `budget_stop`."""
         cascade = host.s.design.arm(r.arm).cascade
         if cascade is None:
             return {}
@@ -492,13 +499,9 @@ class RepoTaskKind(SuiteKind):
                         for slot in cascade)
         if room_usd is None:
             return {"cascade": systems}
-        first = room_usd
 
         def escalate(system: str, spent: float) -> Allowance:
-            # room_now counts the asking attempt as one of the system's own; this one is under way under the first
-            # system, so its reserve is taken off (at worst one reserve too careful at the ceiling).
-            own = host.room_now(system) - host.s.design.budgets.reserve_per_item_usd
-            return self.allowance(host, system, max(0.0, min(first - spent, own)))
+            return self.allowance(host, system, self._share(host, key, host.escalation_room(system, spent)))
 
         return {"cascade": systems, "escalate": escalate}
 
