@@ -118,8 +118,20 @@ def _python_blocks(text: str) -> list[str]:
     return blocks
 
 
+_DEF: Final = re.compile(r"^(?:async[ \t]+)?def[ \t]+", re.M)
+_PAREN: Final = re.compile(r"[ \t]*\(")
+
+
 def _defines(code: str, entry_point: str) -> bool:
-    return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.M) is not None
+    """Whether a line of `code` defines `entry_point` (`[async] def <entry_point>(`). One compiled pattern for
+    every entry point (a pattern per entry point was compiled once per item: ~0.3 ms each, issue 16)."""
+    if not entry_point or entry_point[0] in " \t":  # the per-name pattern's backtracking: kept exact
+        return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.M) is not None
+    for m in _DEF.finditer(code):
+        end = m.end()
+        if code.startswith(entry_point, end) and _PAREN.match(code, end + len(entry_point)) is not None:
+            return True
+    return False
 
 
 def extract(prompt: str, entry_point: str, response_text: str) -> Extraction:

@@ -220,6 +220,8 @@ class GroupWriter:
         self._files = 0
         self._syncer: ThreadPoolExecutor | None = None  # fsyncs of a group's last log left in flight
         self._inflight: deque[tuple[int, Future[None]]] = deque()  # oldest first, all of one log
+        self._kick: asyncio.AbstractEventLoop | None = None  # a loop whose wake-up of the writer is scheduled
+        self._woken = False  # the writer may take what is staged (set by every wake-up, cleared by a take)
         self.flushes = 0
         """Flushes done (each: one fsync per log with lines, per file and per folder of files)."""
 
@@ -262,7 +264,7 @@ class GroupWriter:
             segment.last = log.ticket = self._staged
             if barrier:
                 self._open = None
-            self._work.notify()
+            self._notify_locked()
             return out
 
     def stage_file(self, path: PathArg, data: bytes, *, mode: int = 0o600) -> int:
@@ -288,12 +290,39 @@ class GroupWriter:
                 segment.files.append(_FileOp(fd, tmp, target))
                 self._staged += 1
                 segment.last = self._staged
-                self._work.notify()
+                self._notify_locked()
                 return self._staged
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
+
+    def _notify_locked(self) -> None:
+        """Wake the writer thread for what was just staged: at once from a thread without a running event
+        loop; from a loop's thread, once at the end of the loop's current iteration, so that every stage of
+        one iteration (all the lanes it resumed) is one flush (docs/evidence.md, group commit)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._wake_locked()
+            return
+        if self._kick is loop:
+            return  # this iteration's wake-up is already scheduled
+        if self._kick is not None:  # another loop's is pending: no deferral shared across loops
+            self._wake_locked()
+            return
+        self._kick = loop
+        loop.call_soon(self._kicked)
+
+    def _kicked(self) -> None:
+        """The end of a loop iteration that staged: wake the writer for all of it."""
+        with self._cond:
+            self._kick = None
+            self._wake_locked()
+
+    def _wake_locked(self) -> None:
+        self._woken = True
+        self._work.notify()
 
     @property
     def staged(self) -> int:
@@ -318,6 +347,8 @@ class GroupWriter:
         """Block until `ticket` (default: everything staged so far) is durable; a failed flush is raised."""
         with self._cond:
             want = self._staged if ticket is None else ticket
+            if self._kick is not None and self._durable < want:  # a deferred wake-up: blocking here, do it now
+                self._wake_locked()
             while self._durable < want:
                 if self._error is not None:
                     raise self._refusal()
@@ -352,11 +383,11 @@ class GroupWriter:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not (self._pending and self._woken) and not self._closed:
                     self._work.wait()
                 if not self._pending:
                     return
-                batch, self._pending, self._open = self._pending, [], None
+                batch, self._pending, self._open, self._woken = self._pending, [], None, False
             try:
                 for segment in batch:
                     self._flush(segment)

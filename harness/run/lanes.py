@@ -97,16 +97,16 @@ class Lanes(Finals):
 
     async def begin_attempt(self, r: PlanCell, rerun: int, number: int, lane: int) -> tuple[float, float] | None:
         """Admit an attempt and write its intent (a kind's own attempt), both durable before it returns;
-        (its start time, what it may spend inside itself: `room_locked` at its admission), or None when
-        refused."""
+        (its start time, the intent's: a `runner_lost` resolving it starts there; what it may spend inside
+        itself: `room_locked` at its admission), or None when refused."""
         begun: tuple[float, float] | None = None
         with self.lock:
             if self.halted(r.system):
                 return None
             if self._admit_locked(r.system, r.item, lane, (r.run_id, rerun, number)):
-                self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
-                                   attempt=number, reserve_usd=self.reserve)
-                begun = (self.clock.now(), self.room_locked(r.system))
+                intent = self._event_locked("intent", system=r.system, lane=lane, run_id=r.run_id, rerun=rerun,
+                                            attempt=number, reserve_usd=self.reserve)
+                begun = (float(intent["at"]), self.room_locked(r.system))
         await self.writer.settle()  # the decision and the intent durable before acting on them
         return begun
 

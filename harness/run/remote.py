@@ -27,7 +27,7 @@ from harness.evals.verify_humaneval import (
 )
 from harness.providers.base import Exchange, ProviderRequest
 
-__all__ = ["ENGINES", "SLOT_RESOURCE", "NodeLost", "RayEngine", "RemoteVerifier", "open_engine"]
+__all__ = ["ENGINES", "SLOT_RESOURCE", "AttemptOverdue", "NodeLost", "RayEngine", "RemoteVerifier", "open_engine"]
 
 ENGINES: Final = ("local", "ray")
 """`run_stage(..., engine=)` and `proctor run --engine`: where attempts run (docs/ray.md)."""
@@ -40,6 +40,11 @@ log = logging.getLogger("harness.run.remote")
 
 class NodeLost(Exception):
     """The node running an attempt died (or its worker did) before the result came back."""
+
+
+class AttemptOverdue(Exception):
+    """No result came back from the node within the driver's limit (a hung node): the driver has closed the
+    attempt and cancelled its Ray task; a result that still comes is ignored and logged (docs/ray.md)."""
 
 
 @dataclass(frozen=True)
@@ -204,10 +209,22 @@ class RayEngine:
         probe = ray.remote(num_cpus=0, max_retries=0)(_sandbox_on_node)
         refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node, soft=False))
                 .remote(self.sandbox) for n in self.nodes]
-        for n, (_, _, why) in zip(self.nodes, ray.get(refs, timeout=120), strict=True):
+        alive = []
+        for n, ref in zip(self.nodes, refs, strict=True):
+            try:
+                _, _, why = ray.get(ref, timeout=120)
+            except (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError,
+                    ray.exceptions.WorkerCrashedError) as exc:  # died since it was listed: not used
+                log.warning("node %s (%s) was lost before the run started (%s): not used", n.node, n.address,
+                            type(exc).__name__)
+                continue
+            alive.append(n)
             if why is not None:
                 raise Refusal(Code.SANDBOX_UNAVAILABLE, f"node {n.node} ({n.address}) cannot run the "
                                  f"{self.sandbox} sandbox: {why}", node=n.node, address=n.address)
+        self.nodes = tuple(alive)
+        if not self.nodes:
+            raise RunRefusal(Code.ENGINE_UNAVAILABLE, "every node of the Ray cluster was lost before the run started")
 
     def record(self) -> dict[str, Any]:
         """What the start event records of the engine (`engine`)."""
@@ -247,19 +264,26 @@ class RayEngine:
         exchange, node, _ = await self._result(key, self._send.remote(request, credential, timeout_s))
         return exchange, node  # closed: the runner keeps only its spend (as a late cost)
 
-    async def arun(self, key: tuple[str, int, int], fn: Callable[..., Any], *args: Any) -> tuple[Any, str, bool]:
+    async def arun(self, key: tuple[str, int, int], fn: Callable[..., Any], *args: Any,
+                   limit_s: float | None = None) -> tuple[Any, str, bool]:
         """Run `fn(*args)` (a module-level function: a repository-task attempt's work) on a node under one slot:
         (its result, the node, False when the attempt was closed meanwhile: its result is to be ignored).
-        A lost node raises `NodeLost`, as `asend`."""
-        return await self._result(key, self._run.remote(fn, *args))
+        A lost node raises `NodeLost`, as `asend`; no result within `limit_s` (a node that hangs) closes the
+        attempt, cancels its task and raises `AttemptOverdue`."""
+        return await self._result(key, self._run.remote(fn, *args), limit_s)
 
-    async def _result(self, key: tuple[str, int, int], ref: Any) -> tuple[Any, str, bool]:
+    async def _result(self, key: tuple[str, int, int], ref: Any, limit_s: float | None = None) -> tuple[Any, str, bool]:
         from ray.exceptions import RayError, RayTaskError
 
         with self._lock:
             self.open.add(key)
         try:
-            value, node = await asyncio.wrap_future(ref.future())
+            result = asyncio.wrap_future(ref.future())
+            value, node = await (result if limit_s is None else asyncio.wait_for(result, limit_s))
+        except TimeoutError:
+            self._overdue(key, ref, limit_s)
+            raise AttemptOverdue(f"no result from its node within {limit_s:g} s (the attempt deadline and a "
+                                 "grace): closed by the driver, its Ray task cancelled") from None
         except RayTaskError:
             self.close_attempt(key)
             raise  # the harness's own error on the node: a runner error, as a local one
@@ -274,6 +298,33 @@ class RayEngine:
             log.warning("attempt %s was closed before its result came back from node %s: ignored as a result",
                         key, node)
         return value, str(node), kept
+
+    def _overdue(self, key: tuple[str, int, int], ref: Any, limit_s: float | None) -> None:
+        """Close an attempt whose node did not answer in time, cancel its task (a forced cancel ends the worker
+        process; a node that hangs whole may never act on it) and log whatever still comes back as ignored."""
+        import ray
+
+        self.close_attempt(key)
+        log.warning("attempt %s: no result from its node within %s s: closed, its Ray task cancelled", key, limit_s)
+        late = ref.future()  # a future of its own: the one awaited above was cancelled with the wait
+
+        def ignore(done: Any) -> None:
+            if done.cancelled():
+                return
+            with self._lock:
+                self.ignored.append(key)
+            failed = done.exception()
+            if failed is None:
+                log.warning("attempt %s was closed before its result came back from node %s: ignored as a result",
+                            key, done.result()[1])
+            else:
+                log.warning("attempt %s was closed before its task ended (%s): ignored", key, type(failed).__name__)
+
+        late.add_done_callback(ignore)
+        try:
+            ray.cancel(ref, force=True)
+        except Exception as exc:  # a cancel that cannot reach the node changes nothing here
+            log.warning("attempt %s: its Ray task could not be cancelled (%s)", key, type(exc).__name__)
 
     def close_attempt(self, key: tuple[str, int, int]) -> bool:
         """Close an attempt: its record is (or will be) written without a result; False if already closed."""

@@ -70,14 +70,15 @@ class _Engine(Upkeep):
             async with Transport(timeout_s=self.transport_timeout_s(),
                                  max_connections=max(1, n_lanes * len(self.s.systems)) + 4) as transport:
                 self.transport = transport
+                # each lane's cells by lane position, in one pass over the cells (not one per lane)
+                by_lane: dict[tuple[str, int], dict[int, list[CellState]]] = {}
+                for c in self.ledger.cells.values():
+                    by_lane.setdefault((c.request.system, c.request.lane), {}).setdefault(
+                        c.request.lane_position, []).append(c)
                 lanes = []
                 for system in self.s.systems:
                     for lane in range(n_lanes):
-                        mine = [c for c in self.ledger.cells.values()
-                                if c.request.system == system and c.request.lane == lane]
-                        positions: dict[int, list[CellState]] = {}
-                        for c in mine:
-                            positions.setdefault(c.request.lane_position, []).append(c)
+                        positions = by_lane.get((system, lane), {})
                         items = [sorted(v, key=lambda c: (c.request.arm_position, c.request.repeat))
                                  for _, v in sorted(positions.items())]
                         lanes.append(self.lane(system, lane, items))

@@ -692,3 +692,31 @@ def test_a_snapshot_item_needs_its_private_snapshot_record(tmp_path: Path) -> No
     with pytest.raises(Refusal) as exc:
         load_suite(copy)
     assert exc.value.code == "suite_invalid" and exc.value.details["item"] == packet[0]["item"]
+
+
+def test_finding_an_entry_points_definition_matches_the_per_name_pattern_it_replaced() -> None:
+    """`_defines` scans with one compiled pattern for every entry point: on random texts of definitions,
+    near misses, tabs, `async`, other names, prefixes and odd entry points it answers as the pattern compiled
+    per entry point did (`^(?:async[ \\t]+)?def[ \\t]+<name>[ \\t]*\\(`, multiline)."""
+    import random
+    import re
+
+    from harness.evals.verify_humaneval import _defines
+
+    def per_name(code: str, entry_point: str) -> bool:
+        return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.M) is not None
+
+    pieces = ["def ", "async ", "async\tdef ", "def\t", "  def ", "f", "foo", "foo_bar", "(", " (", "\t(", "\n",
+              "x", "fooo", "def  foo (", "é", "f.o", ":", "  ", "asyncdef foo("]
+    names = ["foo", "f", "foo_bar", "fo", "é", "f.o", "x", "  foo", " f", "\tfoo", ""]
+    rng = random.Random(16)
+    found = 0
+    for _ in range(20_000):
+        code = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        name = rng.choice(names)
+        want = per_name(code, name)
+        assert _defines(code, name) == want, (code, name)
+        found += want
+    assert 100 < found < 19_000  # both answers were exercised
+    assert _defines("x = 1\nasync  def  has_close_elements (a):\n", "has_close_elements")
+    assert not _defines("def has_close_elements_2(a):\n", "has_close_elements")

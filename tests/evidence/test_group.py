@@ -449,3 +449,38 @@ def test_a_record_that_would_not_read_back_is_refused_and_nothing_is_staged(tmp_
         log.stage({"i": 1})
     assert [r.get("i") for r in read_log(path, SEED)] == [0, None, 1]
     assert verify_log(path, SEED).ok
+
+
+def test_the_stages_of_one_event_loop_iteration_are_one_flush(tmp_path: Path) -> None:
+    """Lanes resumed in one iteration of a loop stage to three logs, the thread releasing the GIL between
+    stages (as hashing a long line or a system call does): the writer is woken once, at the end of the
+    iteration, and writes all of it in one flush (one fsync per log); a thread without a loop wakes it at
+    once, and a blocking `wait` from the loop's own thread does not wait for the iteration's end."""
+    fsyncs = Fsyncs()
+    writer = GroupWriter(fsync=fsyncs)
+    logs = [writer.log(tmp_path / f"{name}.jsonl", SEED) for name in ("wire", "attempts", "run")]
+
+    async def lane(k: int) -> None:
+        for log in logs:
+            log.stage({"k": k})
+            time.sleep(0.005)  # the GIL released: an eagerly woken writer would take what is staged so far
+        await writer.settle()
+
+    async def main() -> None:
+        await asyncio.gather(*(lane(k) for k in range(4)))
+        assert writer.flushes == 1 and sorted(fsyncs.paths) == ["attempts.jsonl", "run.jsonl", "wire.jsonl"]
+        logs[2].stage({"k": "sync"})
+        writer.wait()  # from the loop's thread, before the iteration ends: woken now, not deadlocked
+        assert writer.flushes == 2
+
+    asyncio.run(main())
+    staged = threading.Thread(target=lambda: logs[0].stage({"k": "thread"}))
+    staged.start()
+    staged.join()
+    deadline = time.monotonic() + 10
+    while writer.durable < writer.staged and time.monotonic() < deadline:  # nobody waits: flushed anyway
+        time.sleep(0.005)
+    assert writer.durable == writer.staged and writer.flushes == 3
+    writer.close()
+    for name, n in (("wire", 5), ("attempts", 4), ("run", 5)):
+        assert verify_log(tmp_path / f"{name}.jsonl", SEED).lines == n

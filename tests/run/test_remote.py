@@ -153,6 +153,7 @@ def test_killing_a_worker_node_mid_stage_loses_nothing(tmp_path: Path, sim: Sim,
     try:
         _wait_events(folder, "intent", 3)
         _wait_slot_in_use(node.node_id, of=1)  # an attempt of ours is under way on the node now
+        _random_moment(0.5)  # somewhere inside that attempt (0.6 s of latency)
         cluster.remove_node(node, allow_graceful=False)  # kill -9 of the node's processes
     finally:
         for hold in holds:
@@ -191,6 +192,17 @@ def _hold_slots_except(node_id: str) -> list[Any]:
              if n["Alive"] and n["NodeID"] != node_id and n["Resources"].get(SLOT_RESOURCE)]  # fmt: skip
     ray.get([h.ready.remote() for h in holds], timeout=120)
     return holds
+
+
+def _random_moment(up_to_s: float) -> None:
+    """Sleep a random time below `up_to_s`, drawn from a seed that is printed (PROCTOR_FAULT_SEED repeats it):
+    each run kills at another moment of the attempt, and a failing moment can be run again."""
+    import random
+
+    seed = int(os.environ.get("PROCTOR_FAULT_SEED", str(time.time_ns() % 2**32)))
+    delay = random.Random(seed).uniform(0.0, up_to_s)
+    print(f"fault at {delay:.3f} s after the attempt was seen under way (PROCTOR_FAULT_SEED={seed})")
+    time.sleep(delay)
 
 
 def _wait_slot_in_use(node_id: str, of: int, within_s: float = 60.0) -> None:
@@ -335,3 +347,227 @@ def _wait_events(folder: Path, event: str, n: int, timeout: float = 120) -> None
             return
         assert time.monotonic() < deadline, f"fewer than {n} {event} events"
         time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------
+# Faults at chosen and at random moments (issue 18): a node killed or hung under a repository-task attempt,
+# the driver killed with kill -9 at seeded random moments
+
+
+def _repo_stage(tmp_path: Path, sim_server: SimServer) -> tuple[Path, dict[str, str]]:
+    from tests.support.repo_study import repo_prereg
+    from tests.support.sim import sim_systems
+
+    url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 0.0, "sim-k3": 1.0}), seed=3)
+    return repo_prereg(tmp_path, items=1), {"sim-flash": url, "sim-k3": url}
+
+
+def _whole_repo_stage(tmp_path: Path, folder: Path, folder_p: Path, out: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """The stage ended complete, every intent resolved once, nothing counted twice, and the records pass the
+    oracle, the report and the audit."""
+    from harness.audit.audit import audit_results
+
+    assert out, "the stage did not end"
+    summary = out[0]
+    got = logs_of_repo(folder)
+    assert summary.exit_code == 0 and summary.complete, (summary.stops, [
+        e for e in got["run"] if e["event"] not in ("intent", "attempt")])
+    intents = [e for e in got["run"] if e["event"] == "intent"]
+    keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
+    assert len(keys) == len(set(keys)) == len(intents)  # every intent resolved once, nothing twice
+    assert sum(f["action"] == "stand" for f in got["finals"]) == 2
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    assert build_report(folder, prereg_dir=folder_p).summary["passed"] == 1
+    assert audit_results(tmp_path / "results" / "rt", prereg=folder_p).ok
+    return got
+
+
+def _run_repo_stage_on(node_id: str, folder_p: Path, results: Path, base: dict[str, str]) -> tuple[
+        threading.Thread, list[Any], list[Any]]:
+    """The repo stage started in a thread while every slot but `node_id`'s (one) is held, returned once one of its
+    attempts is under way on that node: (the thread, its summary when it ends, the holds to let go)."""
+    holds = _hold_slots_except(node_id)
+    out: list[Any] = []
+    worker = threading.Thread(target=_run_into, args=(out, folder_p, results, base))
+    worker.start()
+    try:
+        _wait_events(results / "rt" / "A", "intent", 1)
+        _wait_slot_in_use(node_id, of=1)
+    except BaseException:
+        for hold in holds:
+            ray.kill(hold)
+        worker.join(300)
+        raise
+    return worker, out, holds
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
+def test_killing_a_worker_node_mid_repo_task_attempt_loses_nothing(
+        tmp_path: Path, sim_server: SimServer, cluster: Cluster) -> None:
+    """A node killed (kill -9 of its processes) while a repository-task attempt's sandboxed work runs on it: the
+    attempt is resolved through its intent (`runner_lost`), retried on a node still alive, nothing lost."""
+    folder_p, base = _repo_stage(tmp_path, sim_server)
+    node = cluster.add_node(**_node_args(resources={SLOT_RESOURCE: 1}))
+    cluster.wait_for_nodes()
+    worker, out, holds = _run_repo_stage_on(node.node_id, folder_p, tmp_path / "results", base)
+    try:
+        _random_moment(0.3)  # somewhere inside the attempt's worker run
+        _remove(cluster, node)  # kill -9 of its processes: an attempt of ours was under way there
+    finally:
+        for hold in holds:
+            ray.kill(hold)
+    worker.join(300)
+    assert not worker.is_alive()
+    got = _whole_repo_stage(tmp_path, tmp_path / "results" / "rt" / "A", folder_p, out)
+    lost = [a for a in got["attempts"] if a.get("error_code") == "runner_lost"]
+    assert lost and all("was lost" in a["error_message"] and "work" not in a for a in lost)
+    retried = {(a["run_id"], a["rerun"]) for a in lost}
+    assert all(any(a["run_id"] == run_id and a["rerun"] == rerun and a["outcome"] == "delivered"
+                   for a in got["attempts"]) for run_id, rerun in retried)  # each lost attempt's run done again
+    events = {(e["run_id"], e["attempt"]): e.get("node") for e in got["run"] if e["event"] == "attempt"}
+    assert node.node_id not in {events[(a["run_id"], a["attempt"])] for a in got["attempts"]
+                                if a["outcome"] == "delivered"}  # no result from the killed node was kept
+
+
+def _remove(cluster: Cluster, node: Any) -> None:
+    """Kill -9 the node's processes and wait until Ray counts it dead (the next test's run lists alive nodes)."""
+    cluster.remove_node(node, allow_graceful=False)
+    deadline = time.monotonic() + 120
+    while any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, "Ray never counted the killed node dead"
+        time.sleep(0.1)
+
+
+def _proc(pid: int) -> tuple[int, str, str] | None:
+    """(parent pid, state letter, command line) of a live process, from /proc; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0], cmdline
+
+
+def _task_process(raylet_pid: int, title: str = "ray::_run_on_node") -> int:
+    """The Ray worker of the node running our repository-task attempt: a child of the node's raylet, titled so
+    by Ray while it runs the task (a child of that worker shows the title too, between its fork and exec)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for d in sorted(Path("/proc").iterdir(), key=lambda d: d.name):
+            p = _proc(int(d.name)) if d.name.isdigit() else None
+            if p is not None and p[0] == raylet_pid and p[2].startswith(title):
+                return int(d.name)
+        time.sleep(0.05)
+    raise AssertionError(f"no {title} process on the node")
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
+def test_a_node_that_hangs_mid_repo_task_attempt_is_closed_by_the_driver_and_retried(
+        tmp_path: Path, sim_server: SimServer, cluster: Cluster, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker process doing an attempt's work is stopped (SIGSTOP: it hangs, its node-side deadline with it;
+    the node stays alive to Ray). The driver closes the attempt at its limit (here 15 s instead of the deadline,
+    the verify timeout and the grace) as a lost one (`runner_lost`), cancels its Ray task (which ends the
+    stopped process), logs what comes back as ignored, and the cell is retried; nothing lost or counted twice."""
+    from harness.run.kinds.repo_task import RepoTaskKind
+
+    monkeypatch.setattr(RepoTaskKind, "node_limit_s", staticmethod(lambda order: 15.0))
+    folder_p, base = _repo_stage(tmp_path, sim_server)
+    node = cluster.add_node(**_node_args(resources={SLOT_RESOURCE: 1}))
+    try:
+        cluster.wait_for_nodes()
+        with caplog.at_level("WARNING", logger="harness.run.remote"):
+            worker, out, holds = _run_repo_stage_on(node.node_id, folder_p, tmp_path / "results", base)
+            try:
+                hung = _task_process(node.all_processes["raylet"][0].process.pid)
+                os.kill(hung, signal.SIGSTOP)
+            finally:
+                for hold in holds:
+                    ray.kill(hold)
+            worker.join(300)
+        assert not worker.is_alive()
+        deadline = time.monotonic() + 120  # the forced cancel ends the stopped process (Ray kills it in time)
+        while (left := _proc(hung)) is not None and left[1] != "Z":
+            assert time.monotonic() < deadline, "the cancelled task's stopped worker process was never ended"
+            time.sleep(0.2)
+    finally:
+        _remove(cluster, node)
+    got = _whole_repo_stage(tmp_path, tmp_path / "results" / "rt" / "A", folder_p, out)
+    # the hung attempt closed at its limit (another one slow beyond it on a loaded machine would be closed too)
+    closed = [a for a in got["attempts"] if a.get("error_code") == "runner_lost"]
+    assert closed and all("did not answer: no result from its node within 15 s" in a["error_message"] for a in closed)
+    logged = [r.getMessage() for r in caplog.records]
+    for a in closed:
+        key = (a["run_id"], a["rerun"], a["attempt"])
+        assert any(b["run_id"] == key[0] and b["rerun"] == key[1] and b["attempt"] > key[2]
+                   for b in got["attempts"])  # retried
+        assert any(str(key) in m and "closed, its Ray task cancelled" in m for m in logged), logged
+        assert any(str(key) in m and "was closed before its task ended" in m and "ignored" in m for m in logged), logged
+
+
+def test_an_attempt_past_its_limit_is_closed_cancelled_and_what_comes_back_ignored(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """On the engine itself: work still running at `limit_s` raises `AttemptOverdue`, the attempt is closed
+    (a result can no longer be kept), its Ray task is cancelled, and the task's end is logged as ignored."""
+    import asyncio
+
+    from harness.run.remote import AttemptOverdue, RayEngine
+
+    engine = RayEngine(cluster.address, "none", None)
+    key = ("r-hung", 0, 1)
+    try:
+        with caplog.at_level("WARNING", logger="harness.run.remote"):
+            with pytest.raises(AttemptOverdue, match=r"within 0\.5 s"):
+                asyncio.run(engine.arun(key, time.sleep, 120.0, limit_s=0.5))
+            assert engine.open == set() and not engine.close_attempt(key)  # closed: nothing left to keep
+            deadline = time.monotonic() + 60
+            while key not in engine.ignored:  # the cancelled task's end comes back, and is ignored
+                assert time.monotonic() < deadline, "the cancelled task never ended"
+                time.sleep(0.05)
+    finally:
+        engine.close()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("r-hung" in m and "closed, its Ray task cancelled" in m for m in logged), logged
+    assert any("r-hung" in m and "TaskCancelledError" in m and "ignored" in m for m in logged), logged
+
+
+def test_the_driver_killed_at_seeded_random_moments_resumes_and_loses_nothing(
+        tmp_path: Path, sim: Sim, cluster: Cluster) -> None:
+    """Three rounds: a `proctor run --engine ray` killed with kill -9 at a moment drawn from a seeded generator
+    (after its first intent), then a last run to the end; nothing lost, nothing counted twice, every node on
+    127.0.0.1."""
+    import random
+
+    url = sim([system("sim-flash", 1.0, latency=0.4), system("sim-glm", 0.0, latency=0.4)], latency_scale=1.0)
+    folder_p = prereg(tmp_path, retries=3)  # each kill may lose a cell one attempt: three kills, three retries
+    results = tmp_path / "results"
+    folder = results / "rt" / "A"
+    argv = [*run_argv(folder_p, results, "--engine", "ray", "--address", cluster.address)]
+    env = runner_env(url)
+    moments = random.Random(18).sample(range(0, 1500, 10), 3)  # ms after the round's first intent
+    for ms in moments:
+        before = sum(e["event"] == "intent" for e in logs(folder)["run"]) if (folder / "run.jsonl").exists() else 0
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_in_flight(folder, proc, intents=before + 1)
+            time.sleep(ms / 1000)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+    again = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr.decode()[-2000:]
+    got = logs(folder)
+    assert sum(f["action"] == "stand" for f in got["finals"]) == 12
+    intents = [e for e in got["run"] if e["event"] == "intent"]
+    keys = [(a["run_id"], a["rerun"], a["attempt"]) for a in got["attempts"]]
+    assert len(keys) == len(set(keys)) == len(intents)  # every intent resolved once (runner_lost or its outcome)
+    starts = [e for e in got["run"] if e["event"] == "start"]
+    assert len(starts) == 4 and all({n["address"] for n in s["engine"]["nodes"]} == {"127.0.0.1"} for s in starts)
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+    assert run_problems(folder, prereg_dir=folder_p) == []
+    report = build_report(folder, prereg_dir=folder_p)
+    assert report.summary["standing"] == 12 and report.summary["passed"] == 6

@@ -38,7 +38,8 @@ class RemoteWork(Protocol):
 
     sandbox: str
 
-    async def arun(self, key: tuple[str, int, int], fn: Callable[..., Any], *args: Any) -> tuple[Any, str, bool]: ...
+    async def arun(self, key: tuple[str, int, int], fn: Callable[..., Any], *args: Any,
+                   limit_s: float | None = None) -> tuple[Any, str, bool]: ...
 
     def close_attempt(self, key: tuple[str, int, int]) -> bool: ...
 

@@ -64,6 +64,9 @@ __all__ = ["CascadeSystem", "RepoTaskKind", "WorkOrder", "carry_out", "checkout"
            "node_work", "perform", "perform_on_node", "tree_diff", "work_folder"]
 
 log = logging.getLogger("harness.run.kinds.repo_task")
+NODE_GRACE_S: Final = 60.0
+"""With the ray engine, past the attempt deadline and the task's verify timeout, how long the driver still waits
+for a node's result before it closes the attempt (`RepoTaskKind.node_limit_s`; docs/ray.md)."""
 PROVIDER_FAILURE_EXIT: Final = 75
 """A worker's exit when its provider failed (`harness.workers.llm_edit.EXIT_PROVIDER_FAILED`)."""
 _SKIP: Final = frozenset({".git", "__pycache__", ".pytest_cache"})
@@ -106,6 +109,8 @@ class WorkOrder:
     """A live cascade's systems, cheapest first (empty: a single-system arm, the cell's system)."""
     escalate: Callable[[str, float], Allowance | None] | None = None
     """A cascade's allowance for its next system, given that system and what the steps before it spent."""
+    verify_timeout_s: float = 600.0
+    """The task's verify timeout (its `budget.verify_timeout_s`): with the deadline, what bounds the attempt."""
 
 
 @dataclass(frozen=True)
@@ -470,7 +475,10 @@ class RepoTaskKind(SuiteKind):
             "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd),
             "queued_s": queued_s, **self._cascade(host, r, room_usd, (r.run_id, rerun, number))}
         if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
-            return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="", **common)
+            from harness.evals.mutants import TASK_BUDGET
+
+            return WorkOrder(task_path=None, snapshot=self.suite_dir, snapshot_tree="",
+                             verify_timeout_s=float(TASK_BUDGET["verify_timeout_s"]), **common)
         if item.workspace is None or not isinstance(private.get("task"), str):
             raise VerifierUnavailable(f"item {r.item} is not a repository task (no workspace or task file)")
         task_path = os.path.join(self.root, private["task"])
@@ -482,7 +490,8 @@ class RepoTaskKind(SuiteKind):
             if sha256_hex(read_bytes(source)) != h["sha256"]:
                 raise VerifierUnavailable(f"item {r.item}: hidden input {h['from']} is not the one the suite sealed")
         return WorkOrder(task_path=task_path, snapshot=os.path.join(self.root, item.workspace),
-                         snapshot_tree=str(item.metadata.get("workspace_tree")), **common)
+                         snapshot_tree=str(item.metadata.get("workspace_tree")),
+                         verify_timeout_s=task.budget.verify_timeout_s, **common)
 
     def _cascade(self, host: KindHost, r: PlanCell, room_usd: float | None,
                  key: tuple[str, int, int]) -> dict[str, Any]:
@@ -553,9 +562,11 @@ class RepoTaskKind(SuiteKind):
                        key: tuple[str, int, int]) -> tuple[dict[str, Any], str | None]:
         """The attempt's work on a node of the ray engine (`perform_on_node`), its result checked and its files
         written here, the driver: (the attempt record, the node). A lost node is the attempt's `runner_lost`
-        (its intent resolved as a crash's: retried, costing the reserve); a result that does not hold
-        together is a `harness_error` costing what the driver meters from the wire the node returned."""
-        from harness.run.remote import NodeLost
+        (its intent resolved as a crash's: retried, costing the reserve), and so is a node that hangs: no result
+        within `node_limit_s` closes the attempt (a result that still comes is ignored and logged); a result
+        that does not hold together is a `harness_error` costing what the driver meters from the wire the node
+        returned."""
+        from harness.run.remote import AttemptOverdue, NodeLost
 
         r = order.cell
         model = host.s.models[r.system]
@@ -563,12 +574,24 @@ class RepoTaskKind(SuiteKind):
         credentials = {model.credential_env: secret} if model.credential_env and secret else {}
         order = dataclasses.replace(order, sandbox=remote.sandbox)
         try:
-            (record, files), node, kept = await remote.arun(key, perform_on_node, order, checkout(), credentials)
+            (record, files), node, kept = await remote.arun(key, perform_on_node, order, checkout(), credentials,
+                                                            limit_s=self.node_limit_s(order))
         except NodeLost as exc:
-            return _lost(r, order.rerun, order.attempt, order.started, str(exc)), None
-        if not kept:  # never, as built: a repo_task attempt is closed only by its own result
+            return _lost(r, order.rerun, order.attempt, order.started,
+                         f"the Ray node doing the attempt's work was lost before its result came back ({exc})"), None
+        except AttemptOverdue as exc:
+            return _lost(r, order.rerun, order.attempt, order.started, f"the Ray node doing the attempt's work "
+                         f"did not answer: {exc}"), None
+        if not kept:  # never, as built: only this coroutine closes a repo_task attempt (overdue: raised above)
             raise VerifierUnavailable(f"attempt {key} was closed before node {node}'s result came back")
         return node_work(order, record, files, node), node
+
+    @staticmethod
+    def node_limit_s(order: WorkOrder) -> float:
+        """How long the driver waits for a node's result: the node stops the worker at the attempt deadline and
+        the verify at the task's verify timeout, so past both and a grace (`NODE_GRACE_S`: the workspace, the
+        copies, Ray's scheduling) the node is taken to hang."""
+        return order.deadline_s + order.verify_timeout_s + NODE_GRACE_S
 
     def verify(self, host: VerifyHost, state: CellState) -> tuple[str, str, bool]:
         _, attempt, sha = state.current()[-1]
@@ -660,14 +683,13 @@ def _attempt_record(order: WorkOrder, work: AttemptWork, outcome: dict[str, Any]
     return record
 
 
-def _lost(r: PlanCell, rerun: int, number: int, started: float, why: str) -> dict[str, Any]:
-    """The ray node doing the attempt's work died before its result came back: resolved as a crash's intent
-    is (`runner_lost`, its cost unknown: counted as the reserve, class provider), so the cell is retried."""
+def _lost(r: PlanCell, rerun: int, number: int, started: float, message: str) -> dict[str, Any]:
+    """The ray node doing the attempt's work died (or hung) before its result came back: resolved as a crash's
+    intent is (`runner_lost`, its cost unknown: counted as the reserve, class provider), so the cell is retried."""
     from harness.run.attempts import error_attempt
 
     record = error_attempt(
-        r, number, error_code="runner_lost", started=started, ended=started,
-        error_message=f"the Ray node doing the attempt's work was lost before its result came back ({why})",
+        r, number, error_code="runner_lost", started=started, ended=started, error_message=message,
         cost=Cost(None, status="usage_unknown", reason="the node was lost with the work under way"),
     )
     record["rerun"] = rerun
