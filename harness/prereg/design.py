@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.errors import Code, InputRefusal, PreregRefusal, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.memo import ParsedMemo
 from harness.workers.arm import ArmWorker
 
 __all__ = [
@@ -163,20 +164,13 @@ def design_from_bytes(raw: bytes, path: str) -> Design:
         path: the absolute path they were read from (the packet path is relative to it).
     """
     digest = sha256_hex(raw)
-    key = (digest, path)
-    design = _DESIGNS.get(key)
-    if design is None:  # the same bytes at the same path validate to the same frozen design (docs/prereg.md, design.py)
-        design = _parse_bytes(raw, path, digest)
-        if len(_DESIGNS) >= _PARSED_KEEP:
-            del _DESIGNS[next(iter(_DESIGNS))]
-        _DESIGNS[key] = design
-    return design
+    # the same bytes at the same path validate to the same frozen design (docs/prereg.md, design.py)
+    return _DESIGNS.get((digest, path), lambda: _parse_bytes(raw, path, digest))
 
 
 # Designs already validated, by (sha256 of the bytes, path): an audit checks the frozen folder and reads its
 # design several times per stage; the bytes are hashed every time, so changed bytes are validated again.
-_PARSED_KEEP = 8
-_DESIGNS: dict[tuple[str, str], Design] = {}
+_DESIGNS: ParsedMemo[tuple[str, str], Design] = ParsedMemo()
 
 
 def _parse_bytes(raw: bytes, path: str, digest: str) -> Design:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import resource
 import statistics
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,19 +19,13 @@ import harness.evals.suite as suite
 import harness.meter.pricing as pricing
 import harness.prereg.design as design
 from harness.audit.audit import audit_results
+from harness.evidence.memo import ParsedMemo
 from harness.run.runner import run_stage
 from tests.support.bench import Row, bench_command, record
 from tests.support.study import prereg, sim_servers, system, urls
 
 ROUNDS = 6
 CALLS = 20
-
-
-class _Forget(dict[Any, Any]):
-    """A cache that never keeps: every call parses again, as before the reuse."""
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        return None
 
 
 def _cpu() -> float:
@@ -50,7 +43,7 @@ def test_audit_cpu_with_and_without_parse_reuse(tmp_path: Path, monkeypatch: pyt
     for _ in range(ROUNDS):
         for mode in ("off", "on"):
             for module, name in ((suite, "_PACKETS"), (pricing, "_TABLES"), (design, "_DESIGNS")):
-                monkeypatch.setattr(module, name, _Forget() if mode == "off" else {})
+                monkeypatch.setattr(module, name, ParsedMemo(keep=0 if mode == "off" else 8))
             start = _cpu()
             for _ in range(CALLS):
                 assert audit_results(results, prereg=p).ok
