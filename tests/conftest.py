@@ -12,7 +12,7 @@ import os
 
 from hypothesis import settings
 
-pytest_plugins = ["tests.support.tasks", "tests.support.sim", "tests.support.study"]
+pytest_plugins = ["tests.support.tasks", "tests.support.sim", "tests.support.study", "tests.support.groups"]
 
 # CI replays the same examples every run (a red CI must be reproducible); a developer's run explores.
 settings.register_profile("ci", derandomize=True, print_blob=True)

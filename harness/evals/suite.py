@@ -13,6 +13,7 @@ from typing import Any, Final, NoReturn
 
 from harness.errors import Code, EvalRefusal, Refusal
 from harness.evidence.jsonio import loads_strict, read_bytes, read_json, sha256_hex
+from harness.evidence.memo import ParsedMemo
 
 __all__ = [
     "FORBIDDEN_KEYS",
@@ -317,9 +318,19 @@ def load_packet(path: str | os.PathLike[str], expected_sha256: str | None = None
             sha256=digest,
             expected_sha256=expected_sha256,
         )
+    # the same bytes read from the same path parse to the same packet (docs/evals.md, "Reading a packet")
+    return _PACKETS.get((digest, where), lambda: _walked(raw, digest, where))
+
+
+def _walked(raw: bytes, digest: str, where: str) -> Packet:
     records = _walk_packet(raw, where)
     items = tuple(_packet_item(record, number, where) for number, record in enumerate(records, 1))
     return Packet(items=items, sha256=digest, path=where)
+
+
+# Packets already walked, by (sha256 of the bytes read, path): an audit or a plan reads the same packet once per
+# stage; the bytes are read and hashed every time, so a changed file is walked again.
+_PACKETS: ParsedMemo[tuple[str, str], Packet] = ParsedMemo()
 
 
 def parse_private_lines(raw: bytes, where: str) -> dict[str, PrivateItem]:

@@ -17,6 +17,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from harness.errors import Code, InputRefusal, MeterRefusal, Refusal
 from harness.evidence.jsonio import read_bytes, sha256_hex
+from harness.evidence.memo import ParsedMemo
 from harness.evidence.money import parse_cost
 
 __all__ = [
@@ -251,6 +252,16 @@ def parse_pricing(data: bytes, path: str | os.PathLike[str] | None = None) -> Pr
     """Validate pricing YAML `data` (the bytes exactly as read) into a `PricingTable`."""
     where = None if path is None else os.fspath(path)
     digest = sha256_hex(data)
+    # the same bytes from the same path validate to the same table (docs/models.md, "The catalog")
+    return _TABLES.get((digest, where), lambda: _parse_table(data, digest, where))
+
+
+# Tables already validated, by (sha256 of the bytes, path): an audit prices each stage's work from the same file;
+# the bytes are hashed every time, so changed bytes are parsed again. A table is frozen (its models a read-only view).
+_TABLES: ParsedMemo[tuple[str, str | None], PricingTable] = ParsedMemo()
+
+
+def _parse_table(data: bytes, digest: str, where: str | None) -> PricingTable:
     try:
         text = data.decode("utf-8", "strict")
     except UnicodeDecodeError as exc:

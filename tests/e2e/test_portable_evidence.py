@@ -52,6 +52,14 @@ def _copy(ran: Path, root: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def analysed(ran: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of `ran` in a root of its own, analysed there once (`analyze_results`); tests only read it or copy it."""
+    root = _copy(ran, tmp_path_factory.mktemp("portable-analysed"))
+    assert analyze_results(root / "results", root=root)["ok"]
+    return root
+
+
 def _tree(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
@@ -70,10 +78,9 @@ def test_a_stage_names_no_machine_folder_and_records_its_provenance(ran: Path) -
     assert got["dirty"] in (True, False, None)
 
 
-def test_the_same_results_give_byte_identical_outputs_in_any_root(ran: Path, tmp_path: Path) -> None:
-    roots = [_copy(ran, tmp_path / "one"), _copy(ran, tmp_path / "elsewhere" / "deeper" / "two")]
-    for root in roots:
-        assert analyze_results(root / "results", root=root)["ok"]
+def test_the_same_results_give_byte_identical_outputs_in_any_root(ran: Path, analysed: Path, tmp_path: Path) -> None:
+    roots = [analysed, _copy(ran, tmp_path / "elsewhere" / "deeper" / "two")]  # the first analysed in its own root
+    assert analyze_results(roots[1] / "results", root=roots[1])["ok"]
     outs = [root / "results" / "rt" / "analysis" for root in roots]
     assert _outputs(outs[0]) == _outputs(outs[1]) and len(_outputs(outs[0])) >= 13
     for name in _outputs(outs[0]):
@@ -92,10 +99,9 @@ def test_the_same_results_give_byte_identical_outputs_in_any_root(ran: Path, tmp
     assert provenance["A:run:first"]["version"].startswith(f"{__version__} ")
 
 
-def test_analyze_check_writes_nothing_and_names_what_differs(ran: Path, tmp_path: Path) -> None:
-    root = _copy(ran, tmp_path)
+def test_analyze_check_writes_nothing_and_names_what_differs(analysed: Path, tmp_path: Path) -> None:
+    root = _copy(analysed, tmp_path)  # analysed in another root: the check re-executes here, after the move
     results = root / "results"
-    assert analyze_results(results, root=root)["ok"]
     before = _tree(root)
     got = run_proctor("analyze", str(results), "--prereg", str(root / "prereg" / "rt"), "--check", "--json",
                       timeout=300)

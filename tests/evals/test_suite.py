@@ -171,6 +171,21 @@ def test_a_good_packet_loads(tmp_path: Path) -> None:
         packet.sha256 = "x"  # type: ignore[misc]
 
 
+def test_a_packet_is_walked_once_per_bytes_and_path_and_changed_bytes_are_walked_again(tmp_path: Path) -> None:
+    path = _packet(tmp_path, [_line(GOOD)])
+    first = load_packet(path)
+    assert load_packet(path, first.sha256) is first  # the same bytes at the same path: walked once
+    with pytest.raises(Refusal) as exc:  # the registered sha256 is still checked against the bytes read
+        load_packet(path, "0" * 64)
+    assert exc.value.code == "packet_sha256_mismatch"
+    _packet(tmp_path, [_line(GOOD), _line({**GOOD, "item": "a/2", "metadata": {"test": "x"}})])
+    assert _refusal(path).code == "packet_forbidden_key"  # changed bytes: walked again, and refused
+    _packet(tmp_path, [_line(GOOD), _line({**GOOD, "item": "a/2"})])
+    assert load_packet(path).ids == ("a/1", "a/2")
+    _packet(tmp_path, [_line(GOOD)])
+    assert load_packet(path) is first
+
+
 @pytest.mark.parametrize("key", sorted(FORBIDDEN_KEYS))
 @pytest.mark.parametrize("where", ["top", "metadata", "list"])
 def test_every_forbidden_key_is_refused_at_any_depth(tmp_path: Path, key: str, where: str) -> None:

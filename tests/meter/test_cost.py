@@ -109,6 +109,24 @@ def test_minimal_table() -> None:
     assert not table.notional
 
 
+def test_a_table_is_parsed_once_per_bytes_and_path_and_changed_bytes_are_parsed_again(tmp_path: Path) -> None:
+    path = tmp_path / "pricing.yaml"
+    path.write_bytes(GOOD)
+    first = load_pricing(path)
+    assert load_pricing(path) is first  # the same bytes at the same path: the frozen table already validated
+    elsewhere = tmp_path / "other.yaml"
+    elsewhere.write_bytes(GOOD)
+    assert load_pricing(elsewhere) is not first and load_pricing(elsewhere).path == str(elsewhere)
+    path.write_bytes(GOOD.replace(b"input_per_mtok: 1.0", b"input_per_mtok: 2.0"))
+    changed = load_pricing(path)
+    assert changed.get("m") == Price("m", 2.0, 4.0) and changed.sha256 == sha256_hex(path.read_bytes())
+    path.write_bytes(GOOD.replace(b"input_per_mtok: 1.0", b"input_per_mtok: -1"))
+    with pytest.raises(Refusal):  # bad bytes are refused each time, never answered from what was read before
+        load_pricing(path)
+    path.write_bytes(GOOD)
+    assert load_pricing(path) is first
+
+
 @pytest.mark.parametrize(
     ("text", "key", "line"),
     [

@@ -45,6 +45,20 @@ def test_unknown_stage_is_named(tmp_path: Path) -> None:
     assert caught.value.code == "unknown_stage"
 
 
+def test_a_design_is_validated_once_per_bytes_and_path_and_changed_bytes_again(tmp_path: Path) -> None:
+    path = write_prereg(tmp_path) / "design.toml"
+    first = load_design(path)
+    assert load_design(path) is first  # the same bytes at the same path: the frozen design already validated
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'id = "tiny"', b'id = "tiny2"', 1))
+    assert load_design(path).study_id == "tiny2"
+    path.write_bytes(data.replace(b'id = "tiny"', b'id = "Tiny Study!"', 1))
+    with pytest.raises(Refusal):  # bad bytes are refused each time, never answered from what was read before
+        load_design(path)
+    path.write_bytes(data)
+    assert load_design(path) is first
+
+
 # --------------------------------------------------------------------------
 # Every refusal
 

@@ -75,3 +75,48 @@ def test_the_checker_sees_test_module_imports() -> None:
     assert _is_test_module("tests.conftest")
     assert not _is_test_module("tests.support.design")
     assert not _is_test_module("harness.run.attempts")
+
+
+def test_tests_sharing_a_module_fixture_are_one_xdist_group_and_an_own_group_is_kept() -> None:
+    """tests/support/groups.py, as `make test` collects: read from the collected items' marks."""
+    import pytest
+
+    groups: dict[str, str | None] = {}
+
+    class Marks:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+            for item in items:
+                mark = item.get_closest_marker("xdist_group")
+                groups[item.nodeid] = None if mark is None else str(mark.args[0])
+
+    files = ["tests/audit/test_audit.py", "tests/run/test_remote.py"]
+    code = pytest.main(["--collect-only", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "--rootdir", str(REPO),
+                        *(str(REPO / f) for f in files)], plugins=[Marks()])
+    assert code == 0
+    audit = {k.split("::")[1].split("[")[0]: v for k, v in groups.items() if k.startswith(files[0])}
+    # every test that takes `copy` takes the module-scoped `built` through it: one group, one build
+    assert audit["test_with_a_witness_every_flipped_byte_is_a_break"] == "tests.audit.test_audit.module-scope"
+    assert audit["test_each_named_edit_is_a_named_break"] == "tests.audit.test_audit.module-scope"
+    assert audit["test_anchor_form_names_each_wrong_field"] is None  # no shared set-up: it still spreads
+    assert {v for k, v in groups.items() if k.startswith(files[1])} == {"ray-cluster"}
+
+
+def test_an_xdist_group_runs_on_one_worker_under_make_tests_options(tmp_path: Path) -> None:
+    """Real xdist workers (`-n 2 --dist loadgroup`, as `make test`): a group's tests carry `@<group>` in their ids and
+    run on one worker. pytest 9 ignores the `item._nodeid` xdist 3.8 sets; tests/support/groups.py sets the id."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    (tmp_path / "test_g.py").write_text("import pytest\n\npytestmark = pytest.mark.xdist_group('g')\n\n"
+                                        + "".join(f"def test_{i}() -> None:\n    pass\n\n" for i in range(6)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+                           "-p", "tests.support.groups", "test_g.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = re.findall(r"\[(gw\d)\].*PASSED (\S+)", done.stdout)
+    assert len(ran) == 6 and all(nodeid.endswith("@g") for _, nodeid in ran), done.stdout
+    assert len({worker for worker, _ in ran}) == 1, ran
