@@ -64,3 +64,17 @@ def test_the_gate_refuses_an_uninitialized_workspace(tmp_path: Path) -> None:
     with pytest.raises(Refusal) as caught:
         gate_visible(str(tmp_path / "task" / "workspace"), task, str(tmp_path / "state"))
     assert caught.value.code == "not_initialized"
+
+
+def test_the_gate_reports_its_per_test_results_and_fingerprint_as_verify_reads_them(tmp_path: Path) -> None:
+    # issue 17 item 9: a cascade's switch rule reads these; the ids are the sealed tests' only (no hidden one)
+    ws, task, state, original = _task(tmp_path, "inflection-0.5.1-m09")
+    failed = gate_visible(ws, task, state)
+    assert not failed.passed and failed.tests_failing == ("test_inflection_visible.py::test_tableize",)
+    assert failed.tests_expected is not None and failed.tests_expected >= 4
+    again = gate_visible(ws, task, state)
+    assert failed.fingerprint and again.fingerprint == failed.fingerprint  # the copy's folder is normalized away
+    shutil.copyfile(original, Path(ws) / "inflection" / "__init__.py")
+    fixed = gate_visible(ws, task, state)
+    assert fixed.passed and fixed.fingerprint is None
+    assert fixed.tests_failing == () and fixed.tests_expected == failed.tests_expected
