@@ -328,8 +328,8 @@ def test_a_write_error_fails_every_waiter_with_the_same_refusal(tmp_path: Path) 
             errors.append("durable")
 
     async def aw() -> str:
-        good.stage({"async": 1})
-        try:
+        try:  # refused at the stage when a bad flush already failed the writer, else at the settle
+            good.stage({"async": 1})
             await writer.settle()
         except Refusal as exc:
             return str(exc.code)
