@@ -313,8 +313,8 @@ def test_a_cascade_stage_runs_on_the_nodes_with_its_later_allowance_fixed_at_ord
     from harness.run.rules import booked_spend
     from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
 
-    arms = [{"id": "single", "template": "{prompt}"},
-            {"id": "cascade", "template": "{prompt}", "cascade": ["cheap", "strong"]}]
+    arms: list[dict[str, Any]] = [{"id": "single", "template": "{prompt}"},
+                                  {"id": "cascade", "template": "{prompt}", "cascade": ["cheap", "strong"]}]
     prereg_dir = repo_prereg(tmp_path, arms=arms, suite=MUTANTS, items=1, deadline=120, seed=CASCADE_SEED)
     with mutant_sim(tmp_path, {"sim-flash": 0.0, "sim-k3": 1.0}) as url:
         summary = run_stage(prereg_dir, "A", tmp_path / "results", base_urls={"sim-flash": url, "sim-k3": url},
