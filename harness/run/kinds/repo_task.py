@@ -517,10 +517,9 @@ class RepoTaskKind(SuiteKind):
         return self._packet
 
     def order(self, host: KindHost, r: PlanCell, rerun: int, number: int, started: float,
-              room_usd: float | None = None, *, queued_s: float = 0.0, fixed: bool = False) -> WorkOrder:
+              room_usd: float | None = None, *, queued_s: float = 0.0) -> WorkOrder:
         """Resolve the item's snapshot, task file (checked against the private part), the arm's worker (None:
-        the system's catalog worker) and, given `room_usd`, the attempt's allowance (`fixed`: a cascade's later
-        allowances fixed now, for a node, `_cascade`)."""
+        the system's catalog worker) and, given `room_usd`, the attempt's allowance."""
         from harness.gate.task import load_task
 
         item = self.packet(host).get(r.item)
@@ -533,7 +532,7 @@ class RepoTaskKind(SuiteKind):
             "deadline_s": host.rules.attempt_deadline_s, "stage_folder": host.s.folder,
             "worker": host.s.design.arm(r.arm).worker,
             "allowance": None if room_usd is None else self.allowance(host, r.system, room_usd),
-            "queued_s": queued_s, **self._cascade(host, r, room_usd, (r.run_id, rerun, number), fixed)}
+            "queued_s": queued_s, **self._cascade(host, r, room_usd, (r.run_id, rerun, number))}
         if item.workspace is None and isinstance(private.get("snapshot"), dict):  # made from the private part
             from harness.evals.mutants import TASK_BUDGET
 
@@ -554,16 +553,14 @@ class RepoTaskKind(SuiteKind):
                          verify_timeout_s=task.budget.verify_timeout_s, **common)
 
     def _cascade(self, host: KindHost, r: PlanCell, room_usd: float | None,
-                 key: tuple[str, int, int], fixed: bool = False) -> dict[str, Any]:
+                 key: tuple[str, int, int]) -> dict[str, Any]:
         """A cascade arm's systems and its escalation allowance (docs/run.md, "Cascade arms").
 
         Each step is booked to its own system (`harness.run.rules.booked_spend`): a later step's allowance is
         its own system's room now (`escalation_room`: that system's cap and the ceiling, the earlier steps'
         spend counted against the ceiling), shared as `claim` shares a room (`_share`); the attempt's claim
         becomes that allowance. No room: its first request is a budget stop and the attempt ends `budget_stop`.
-        `fixed` (the ray engine: a node cannot ask the driver between its steps): each later allowance is that
-        room now, the earlier steps taken to spend their whole allowance (`spent` = the sum of their limits),
-        and the attempt's claim is the sum of its allowances, what it may spend in all."""
+        On the ray engine the allowances are fixed when the order is made instead (`fixed_escalations`)."""
         arm = host.s.design.arm(r.arm)
         cascade = arm.cascade
         if cascade is None:
@@ -576,13 +573,25 @@ class RepoTaskKind(SuiteKind):
         def escalate(system: str, spent: float) -> Allowance:
             return self.allowance(host, system, self._share(host, key, host.escalation_room(system, spent)))
 
-        if not fixed:
-            return {"cascade": systems, "escalate": escalate, "targeted_repair": arm.targeted_repair}
-        fixed_ahead: list[Allowance] = []
-        for slot in cascade[1:]:
-            fixed_ahead.append(escalate(slot, sum_costs([room_usd, *(a.limit_usd for a in fixed_ahead)])))
-        self._claims[key] = sum_costs([room_usd, *(a.limit_usd for a in fixed_ahead)])
-        return {"cascade": systems, "escalations": tuple(fixed_ahead), "targeted_repair": arm.targeted_repair}
+        return {"cascade": systems, "escalate": escalate, "targeted_repair": arm.targeted_repair}
+
+    def fixed_escalations(self, host: KindHost, order: WorkOrder, key: tuple[str, int, int]) -> WorkOrder:
+        """The order for a node, which cannot ask the driver between a cascade's steps (docs/ray.md, "Cascade
+        arms on a cluster"): no callback; each later system's allowance fixed now, its room
+        (`escalation_room`) with the earlier steps taken to spend their whole allowance (`spent` = the sum of
+        their limits), shared as `claim` shares a room; the attempt's claim is the sum of its allowances, what
+        it may spend in all. No allowance (no limit inside the attempt): none fixed, as the callback gives none."""
+        order = dataclasses.replace(order, escalate=None)
+        if not order.cascade or order.allowance is None:
+            return order
+        limits = [order.allowance.limit_usd]
+        fixed: list[Allowance] = []
+        for system in order.cascade[1:]:
+            room = host.escalation_room(system.system, sum_costs(limits))
+            fixed.append(self.allowance(host, system.system, self._share(host, key, room)))
+            limits.append(fixed[-1].limit_usd)
+        self._claims[key] = sum_costs(limits)
+        return dataclasses.replace(order, escalations=tuple(fixed))
 
     def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
         """Every item checks whole (`check_task_suite`) and the sandbox can run here (no warm verifiers:
@@ -612,7 +621,7 @@ class RepoTaskKind(SuiteKind):
         try:
             try:
                 order = self.order(host, r, rerun, number, started, self.claim(host, r.system, key),
-                                   queued_s=time.monotonic() - waited, fixed=getattr(host, "remote", None) is not None)
+                                   queued_s=time.monotonic() - waited)
             except (Refusal, OSError, VerifierUnavailable) as exc:
                 record = _harness_error(r, rerun, number, started, f"the item cannot be set up: {exc}")
             else:
@@ -642,7 +651,7 @@ class RepoTaskKind(SuiteKind):
         model = host.s.models[r.system]
         secret = os.environ.get(model.credential_env) if model.credential_env else None
         credentials = {model.credential_env: secret} if model.credential_env and secret else {}
-        order = dataclasses.replace(order, sandbox=remote.sandbox)
+        order = dataclasses.replace(self.fixed_escalations(host, order, key), sandbox=remote.sandbox)
         try:
             (record, files), node, kept = await remote.arun(key, perform_on_node, order, checkout(), credentials,
                                                             limit_s=self.node_limit_s(order))
