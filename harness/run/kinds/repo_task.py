@@ -46,6 +46,8 @@ from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_atte
 from harness.records.plan import PlanCell
 from harness.records.usage import TokenUsage
 from harness.records.work import (
+    MAX_CASCADE_STEPS,
+    WORK_FILES,
     AttemptWork,
     CascadeGate,
     CascadeStep,
@@ -721,12 +723,13 @@ def node_work(order: WorkOrder, record: dict[str, Any], files: dict[str, bytes],
         except (Refusal, KeyError, TypeError, ValueError) as exc:
             problem = f"its work record does not read: {exc}"
     systems = tuple(s.system for s in order.cascade)
-    if problem is None and work is not None and (work.cascade.systems if work.cascade else ()) != systems:
+    if problem is None and work is not None and (
+            (work.cascade.systems if work.cascade else ()) != systems
+            or any(step.system not in systems for step in (work.cascade.steps if work.cascade else ()))):
         problem = f"its cascade is not the order's ({systems or 'none'})"
     steps = work.cascade.steps if problem is None and work is not None and work.cascade is not None else ()
-    ran = max(len(steps), len(files)) if order.cascade else 1
-    names = {"diff.patch", "verify.json", *(step_wire(n) for n in range(1, ran + 1)),
-             *(f"gate.s{n}.output" for n in range(1, ran + 1) if order.cascade)}
+    ran = MAX_CASCADE_STEPS if order.cascade else 1
+    names = set(WORK_FILES) if order.cascade else {"diff.patch", "verify.json", "wire.jsonl"}
     if problem is None and not set(files) <= names:
         problem = f"its files {sorted(files)} are not a work folder's"
     safe = {n: d for n, d in files.items() if n in names and isinstance(d, bytes)}
