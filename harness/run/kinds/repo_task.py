@@ -117,7 +117,7 @@ class WorkOrder:
     engine: asked of the driver's ledger between the steps)."""
     escalations: tuple[Allowance, ...] = ()
     """A cascade's allowance for each later system (the ray engine's: a node cannot ask the driver), fixed when
-    the order is made with the earlier steps taken to spend their whole allowance (`RepoTaskKind._cascade`)."""
+    the order is made with the earlier steps taken to spend their whole allowance (`RepoTaskKind.fixed_escalations`)."""
     verify_timeout_s: float = 600.0
     """The task's verify timeout (its `budget.verify_timeout_s`): with the deadline, what bounds the attempt."""
 
