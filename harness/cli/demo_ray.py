@@ -30,7 +30,8 @@ __all__ = ["main"]
 REPO = Path(__file__).resolve().parents[2]
 PREREG = REPO / "prereg" / "agents-demo"
 STAGE = "ray"
-"""The agents demo's stage for a cluster: single-shot and feedback arms (the ray engine runs no live cascade yet)."""
+"""The agents demo's stage for a cluster: single-shot and feedback arms (registered when the ray engine still refused
+live cascades; they run on it now, docs/ray.md)."""
 _STORE = 80 * 1024 * 1024
 
 

@@ -119,7 +119,8 @@ class Lanes(Finals):
         """What a live cascade's later step on `system` may spend inside its attempt (docs/run.md, "Cascade
         arms"): `system`'s cap less its spend and the reserve of each of its attempts under way (the asking
         attempt is under its first system), or the ceiling less the total, the earlier steps' `spent` (not yet
-        recorded) and every other attempt's reserve, whichever is smaller (>= 0); 0 when `system` is halted."""
+        recorded) and every other attempt's reserve, whichever is smaller (>= 0); 0 when `system` is halted. The
+        ray engine asks it when the order is made, `spent` the earlier steps' whole allowances (docs/ray.md)."""
         with self.lock:
             if self.halted(system) or system not in self.spend:
                 return 0.0

@@ -175,11 +175,6 @@ def run_stage(
         open_engine(engine, address)  # refuses (engine_invalid)
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
-    staged = [s.arms for s in d.stages if s.id == stage] or [s.arms for s in d.stages]  # matrix/full: every stage
-    cascades = sorted({a for arms in staged for a in arms if d.arm(a).cascade is not None})
-    if engine == "ray" and cascades:  # a cascade's escalation asks the driver's ledger between its steps
-        raise RunRefusal(Code.ENGINE_INVALID, f"the ray engine does not run live cascade arms ({', '.join(cascades)}) "
-                         "yet: run this stage with the local engine", prereg_dir)
     if not dry_run:
         missing = go_problem(setup.frozen, stage, setup.models, setup.base_urls)
         if missing is not None:

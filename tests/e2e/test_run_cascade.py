@@ -134,18 +134,6 @@ def test_the_agents_demo_smoke_stage_runs_clean(tmp_path: Path) -> None:
     assert row["arm"] == "cascade" and row["n"] == 2 and row["composed_from"] == "single-shot"
 
 
-def test_the_ray_engine_refuses_a_stage_with_a_cascade_arm_before_it_starts(tmp_path: Path) -> None:
-    # a cascade's escalation asks the driver's ledger between its steps, which an attempt on a node cannot do
-    from harness.errors import Refusal
-
-    prereg = repo_prereg(tmp_path, arms=ARMS, suite=MUTANTS, items=1, deadline=120)
-    with pytest.raises(Refusal) as caught:
-        run_stage(prereg, "A", tmp_path / "results", base_urls={"sim-flash": "http://127.0.0.1:9", "sim-k3":
-                  "http://127.0.0.1:9"}, engine="ray")  # fmt: skip
-    assert caught.value.code == "engine_invalid" and "cascade" in caught.value.message
-    assert not (tmp_path / "results" / "rt" / "A" / "attempts.jsonl").exists()
-
-
 def _dry_spend(prereg: Path, results: Path, url: str) -> dict[str, float]:
     """Each system's spend as `proctor run --dry-run` counts it from the files (the ledger a resume starts from)."""
     done = subprocess.run(run_argv(prereg, results, "--dry-run"), cwd=REPO, env=runner_env(url), capture_output=True,

@@ -217,3 +217,43 @@ def test_attempts_running_at_once_share_the_room_and_stay_within_the_cap(lanes: 
     assert rooms[1] == pytest.approx(min(cap - 0.1 - max(0.0, first - 0.1),
                                          max(0.1, (cap - 0.1 - max(0.0, first - 0.1)) / k)))
     assert sum(rooms) <= cap and sum(spent) <= cap
+
+
+def test_a_node_s_cascade_order_fixes_each_later_allowance_at_the_worst_case(tmp_path: Path) -> None:
+    """The ray engine's order (docs/ray.md, "Cascade arms on a cluster"): no callback; each later system's
+    allowance is its room asked with the earlier steps' whole allowances as spent, and the attempt's claim is
+    the sum of its allowances (that the order reaches a node and is used there: tests/run/test_remote.py)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from harness.meter.allowance import Allowance
+    from harness.meter.pricing import BUNDLED_PRICING, load_pricing
+    from harness.run.kinds.repo_task import CascadeSystem
+
+    asked: list[tuple[str, float]] = []
+    model = SimpleNamespace(api_model="m", id="m", pricing_key="sim-flash")
+
+    class Host:
+        rules = SimpleNamespace(lanes_per_system=1)
+        s = SimpleNamespace(design=SimpleNamespace(budgets=SimpleNamespace(reserve_per_item_usd=0.1)),
+                            systems=("a",), models={"a": model, "b": model, "c": model})
+
+        def escalation_room(self, system: str, spent: float) -> float:
+            asked.append((system, spent))
+            return {"b": 0.5, "c": 2.0}[system]
+
+    kind = RepoTaskKind(str(TASKS_SUITE))
+    kind._pricing = pricing = load_pricing(str(BUNDLED_PRICING))
+    cascade = tuple(CascadeSystem(s, "m", "http://127.0.0.1:9/v1", None) for s in ("a", "b", "c"))
+    order = WorkOrder(cell=_cell(), rerun=0, attempt=1, started=1.0, task_path=None, snapshot="s", snapshot_tree="",
+                      catalog_path="unused", upstream="http://127.0.0.1:9/v1", price=None, deadline_s=5.0,
+                      stage_folder=str(tmp_path), cascade=cascade,
+                      allowance=Allowance(limit_usd=0.3, pricing=pricing, reserve_usd=0.1),
+                      escalate=lambda system, spent: None)
+    key = ("r-00000000000000000001", 0, 1)
+    fixed = kind.fixed_escalations(Host(), order, key)  # type: ignore[arg-type]
+    assert asked == [("b", pytest.approx(0.3)), ("c", pytest.approx(0.8))]  # worst case: each earlier limit spent
+    assert fixed.escalate is None and [a.limit_usd for a in fixed.escalations] == pytest.approx([0.5, 2.0])
+    assert kind._claims[key] == pytest.approx(2.8)
+    single = dataclasses.replace(order, cascade=())
+    assert kind.fixed_escalations(Host(), single, key).escalations == ()  # type: ignore[arg-type]

@@ -48,6 +48,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("ray-cluster")]  # one cluster per run
 
 STORE = 80 * 1024 * 1024  # a small object store per node
+CASCADE_SEED = 3  # draws inflection-0.5.1-m05, whose mutation the visible tests see: the cheap step's gate fails
 
 
 def _node_args(**extra: Any) -> dict[str, Any]:
@@ -299,6 +300,42 @@ def test_a_repo_task_stage_on_the_nodes_equals_the_local_engine_and_checks_whole
     assert all(h["load"] is not None and h["memory"] is not None for h in host)
     assert all("node" not in h for h in logs_of_repo(Path(local.folder), "host")["host"])  # local: as before
     assert audit_results(tmp_path / "ray" / "rt", prereg=folder_p).ok
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gated path's sandbox needs bwrap")
+def test_a_cascade_stage_runs_on_the_nodes_with_its_later_allowance_fixed_at_order_time(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """A live cascade arm on the ray engine (docs/ray.md, "Cascade arms on a cluster"): the node gets the strong
+    step's allowance fixed by the driver in its order (no call back between the steps); the cheap step fails the
+    visible-test gate, the strong step runs on the same node, is booked to the strong system, and the records
+    pass the report, the oracle and the audit."""
+    from harness.audit.audit import audit_results
+    from harness.run.rules import booked_spend
+    from tests.support.repo_study import MUTANTS, mutant_sim, repo_prereg
+
+    arms: list[dict[str, Any]] = [{"id": "single", "template": "{prompt}"},
+                                  {"id": "cascade", "template": "{prompt}", "cascade": ["cheap", "strong"]}]
+    prereg_dir = repo_prereg(tmp_path, arms=arms, suite=MUTANTS, items=1, deadline=120, seed=CASCADE_SEED)
+    with mutant_sim(tmp_path, {"sim-flash": 0.0, "sim-k3": 1.0}) as url:
+        summary = run_stage(prereg_dir, "A", tmp_path / "results", base_urls={"sim-flash": url, "sim-k3": url},
+                            engine="ray", address=cluster.address)
+    assert summary.exit_code == 0 and summary.complete, summary.to_json()
+    folder = Path(summary.folder)
+    got = logs_of_repo(folder)
+    plan = {json.loads(x)["run_id"]: json.loads(x) for x in (folder / "plan.jsonl").read_text().splitlines()[1:]}
+    (cascade,) = [a for a in got["attempts"] if plan[a["run_id"]]["arm"] == "cascade"]
+    steps = cascade["work"]["cascade"]["steps"]
+    assert [(s["system"], s["switch_class"]) for s in steps] == [("cheap", "first"), ("strong", "escalation")]
+    assert steps[0]["gate"]["passed"] is False and not any(s["budget_stop"] for s in steps)
+    assert steps[1]["cost_usd"] > 0 and cascade["outcome"] == "delivered"
+    assert booked_spend(cascade, "cheap", 0.01, {"cheap", "strong"}) == [("cheap", steps[0]["cost_usd"]),
+                                                                         ("strong", steps[1]["cost_usd"])]
+    event = next(e for e in got["run"] if e["event"] == "attempt" and e["run_id"] == cascade["run_id"])
+    assert event["node"] in {n["node"] for n in next(e for e in got["run"] if e["event"] == "start")["engine"]["nodes"]}
+    assert {f["run_id"]: f["passed"] for f in got["finals"]}[cascade["run_id"]] is True  # strong fixed it
+    assert build_report(folder, prereg_dir=prereg_dir).summary["problems"] == 0
+    assert run_problems(folder, prereg_dir=prereg_dir) == []
+    assert audit_results(tmp_path / "results" / "rt", prereg=prereg_dir).ok
 
 
 def test_a_result_for_a_closed_or_duplicate_attempt_is_ignored_and_logged(

@@ -46,6 +46,8 @@ from harness.records.attempt import PROVIDER_ERROR_CODES, Attempt, validate_atte
 from harness.records.plan import PlanCell
 from harness.records.usage import TokenUsage
 from harness.records.work import (
+    MAX_CASCADE_STEPS,
+    WORK_FILES,
     AttemptWork,
     CascadeGate,
     CascadeStep,
@@ -111,7 +113,11 @@ class WorkOrder:
     targeted_repair: bool = False
     """A cascade arm that registered `targeted_repair`: a localized defect is repaired by the same system first."""
     escalate: Callable[[str, float], Allowance | None] | None = None
-    """A cascade's allowance for its next system, given that system and what the steps before it spent."""
+    """A cascade's allowance for its next system, given that system and what the steps before it spent (the local
+    engine: asked of the driver's ledger between the steps)."""
+    escalations: tuple[Allowance, ...] = ()
+    """A cascade's allowance for each later system (the ray engine's: a node cannot ask the driver), fixed when
+    the order is made with the earlier steps taken to spend their whole allowance (`RepoTaskKind.fixed_escalations`)."""
     verify_timeout_s: float = 600.0
     """The task's verify timeout (its `budget.verify_timeout_s`): with the deadline, what bounds the attempt."""
 
@@ -359,6 +365,8 @@ def perform(order: WorkOrder) -> tuple[dict[str, Any], dict[str, bytes]]:
             allowance = base
             if switch_class == "escalation" and order.escalate is not None:
                 allowance = base = order.escalate(system.system, spent)
+            elif switch_class == "escalation" and order.escalations:  # fixed by the driver at order time
+                allowance = base = order.escalations[index - 1]
             elif switch_class == "localized_defect" and base is not None:  # the same system's room, less its steps
                 allowance = dataclasses.replace(base, limit_usd=max(0.0, sum_costs([base.limit_usd, -system_spent])))
             # the attempt deadline runs from the first dispatch (the gate's time counts against later steps)
@@ -553,7 +561,8 @@ class RepoTaskKind(SuiteKind):
         Each step is booked to its own system (`harness.run.rules.booked_spend`): a later step's allowance is
         its own system's room now (`escalation_room`: that system's cap and the ceiling, the earlier steps'
         spend counted against the ceiling), shared as `claim` shares a room (`_share`); the attempt's claim
-        becomes that allowance. No room: its first request is a budget stop and the attempt ends `budget_stop`."""
+        becomes that allowance. No room: its first request is a budget stop and the attempt ends `budget_stop`.
+        On the ray engine the allowances are fixed when the order is made instead (`fixed_escalations`)."""
         arm = host.s.design.arm(r.arm)
         cascade = arm.cascade
         if cascade is None:
@@ -567,6 +576,24 @@ class RepoTaskKind(SuiteKind):
             return self.allowance(host, system, self._share(host, key, host.escalation_room(system, spent)))
 
         return {"cascade": systems, "escalate": escalate, "targeted_repair": arm.targeted_repair}
+
+    def fixed_escalations(self, host: KindHost, order: WorkOrder, key: tuple[str, int, int]) -> WorkOrder:
+        """The order for a node, which cannot ask the driver between a cascade's steps (docs/ray.md, "Cascade
+        arms on a cluster"): no callback; each later system's allowance fixed now, its room
+        (`escalation_room`) with the earlier steps taken to spend their whole allowance (`spent` = the sum of
+        their limits), shared as `claim` shares a room; the attempt's claim is the sum of its allowances, what
+        it may spend in all. No allowance (no limit inside the attempt): none fixed, as the callback gives none."""
+        order = dataclasses.replace(order, escalate=None)
+        if not order.cascade or order.allowance is None:
+            return order
+        limits = [order.allowance.limit_usd]
+        fixed: list[Allowance] = []
+        for system in order.cascade[1:]:
+            room = host.escalation_room(system.system, sum_costs(limits))
+            fixed.append(self.allowance(host, system.system, self._share(host, key, room)))
+            limits.append(fixed[-1].limit_usd)
+        self._claims[key] = sum_costs(limits)
+        return dataclasses.replace(order, escalations=tuple(fixed))
 
     def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
         """Every item checks whole (`check_task_suite`) and the sandbox can run here (no warm verifiers:
@@ -626,7 +653,7 @@ class RepoTaskKind(SuiteKind):
         model = host.s.models[r.system]
         secret = os.environ.get(model.credential_env) if model.credential_env else None
         credentials = {model.credential_env: secret} if model.credential_env and secret else {}
-        order = dataclasses.replace(order, sandbox=remote.sandbox)
+        order = dataclasses.replace(self.fixed_escalations(host, order, key), sandbox=remote.sandbox)
         try:
             (record, files), node, kept = await remote.arun(key, perform_on_node, order, checkout(), credentials,
                                                             limit_s=self.node_limit_s(order))
@@ -681,32 +708,56 @@ class RepoTaskKind(SuiteKind):
 
 def node_work(order: WorkOrder, record: dict[str, Any], files: dict[str, bytes], node: str) -> dict[str, Any]:
     """A node's attempt record made the driver's: its work files written into the stage folder, their sha256
-    and the spend taken from the bytes here (the wire metered with the driver's price, never the node's
-    figures), the attempt named as the order named it. A record for another attempt, a file name not of a
-    work folder, or a verdict the gate's receipt contradicts is a `harness_error` (the spend still metered)."""
+    and the spend taken from the bytes here (each wire metered with the driver's price of its step's system,
+    never the node's figures), the attempt named as the order named it. A record for another attempt, a
+    cascade not the order's, a file name not of a work folder, or a verdict the gate's receipt contradicts is
+    a `harness_error` (the spend still metered; a cascade's later wires then at its last system's price)."""
     r = order.cell
     folder = work_folder(r.run_id, order.rerun, order.attempt)
-    problem = None
+    problem, work = None, None
     if (record.get("run_id"), record.get("rerun"), record.get("attempt")) != (r.run_id, order.rerun, order.attempt):
         problem = f"it names attempt {record.get('run_id')}.r{record.get('rerun')}.a{record.get('attempt')}"
-    elif not set(files) <= {"diff.patch", "verify.json", "wire.jsonl"}:
-        problem = f"its files {sorted(files)} are not a work folder's"
-    safe = {n: d for n, d in files.items() if n in ("diff.patch", "verify.json", "wire.jsonl") and isinstance(d, bytes)}
-    keep_work(order.stage_folder, folder, safe)
-    wire = os.path.join(order.stage_folder, folder, "wire.jsonl") if "wire.jsonl" in safe else None
-    try:
-        cost, tokens, exchanges, snapshot, _ = _metered(wire, order.price)
-    except Refusal as exc:
-        cost, tokens, exchanges, snapshot = Cost(None, status="usage_unknown", reason="the wire is unreadable"), None, 0, None
-        problem = problem or f"its wire log cannot be read: {exc.code.value}"
-    work = None
-    if problem is None:
+    else:
         try:
             work = AttemptWork.from_json(record["work"])
-            if "verify.json" in safe and json.loads(safe["verify.json"]).get("passed", work.passed) != work.passed:
-                problem = "its verdict is not its receipt's"
         except (Refusal, KeyError, TypeError, ValueError) as exc:
             problem = f"its work record does not read: {exc}"
+    systems = tuple(s.system for s in order.cascade)
+    if problem is None and work is not None and (
+            (work.cascade.systems if work.cascade else ()) != systems
+            or any(step.system not in systems for step in (work.cascade.steps if work.cascade else ()))):
+        problem = f"its cascade is not the order's ({systems or 'none'})"
+    steps = work.cascade.steps if problem is None and work is not None and work.cascade is not None else ()
+    ran = MAX_CASCADE_STEPS if order.cascade else 1
+    names = set(WORK_FILES) if order.cascade else {"diff.patch", "verify.json", "wire.jsonl"}
+    if problem is None and not set(files) <= names:
+        problem = f"its files {sorted(files)} are not a work folder's"
+    safe = {n: d for n, d in files.items() if n in names and isinstance(d, bytes)}
+    keep_work(order.stage_folder, folder, safe)
+    prices = {s.system: s.price for s in order.cascade}
+    price_of = [prices[s.system] for s in steps] or [order.price] + [
+        order.cascade[-1].price if order.cascade else order.price] * (ran - 1)
+    metered = []
+    try:
+        for n, price in enumerate(price_of, 1):
+            wire = os.path.join(order.stage_folder, folder, step_wire(n)) if step_wire(n) in safe else None
+            metered.append(_metered(wire, price))
+    except Refusal as exc:
+        metered = [(Cost(None, status="usage_unknown", reason="the wire is unreadable"), None, 0, None, None)]
+        problem = problem or f"its wire log cannot be read: {exc.code.value}"
+    costs = [m[0] for m in metered]
+    cost = costs[0] if len(costs) == 1 else total_cost(costs)
+    tokens: TokenUsage | None = TokenUsage()
+    for m in metered:
+        tokens = None if tokens is None or m[1] is None else tokens + m[1]
+    exchanges = sum(m[2] for m in metered)
+    snapshot = next((m[3] for m in reversed(metered) if m[3]), None)
+    try:
+        if (problem is None and work is not None and "verify.json" in safe
+                and json.loads(safe["verify.json"]).get("passed", work.passed) != work.passed):
+            problem = "its verdict is not its receipt's"
+    except (TypeError, ValueError, AttributeError) as exc:
+        problem = f"its receipt does not read: {exc}"
     if work is None or problem is not None:
         log.warning("node %s: the result for %s does not hold (%s): a harness_error", node, folder, problem)
         outcome: dict[str, Any] = {"outcome": "error", "error_code": "harness_error",
@@ -716,6 +767,10 @@ def node_work(order: WorkOrder, record: dict[str, Any], files: dict[str, bytes],
                            queued_s=round(order.queued_s, 6), files={})
     else:
         outcome = {k: record[k] for k in ("outcome", "text", "error_code", "error_message") if k in record}
+        if work.cascade is not None:  # each step's spend and exchanges as the driver metered its wire
+            work = dataclasses.replace(work, cascade=dataclasses.replace(work.cascade, steps=tuple(
+                dataclasses.replace(step, cost_usd=m[0].total, exchanges=m[2])
+                for step, m in zip(work.cascade.steps, metered, strict=True))))
     work = dataclasses.replace(work, folder=folder, exchanges=exchanges,
                                files={n: sha256_hex(d) for n, d in sorted(safe.items())} if problem is None else {})
     return _attempt_record(order, work, outcome, snapshot, tokens, cost)
