@@ -28,6 +28,7 @@ from harness.run.layout import log_seed
 from harness.run.ledger import CellState, Ledger
 from harness.run.rules import (
     AdmissionInputs,
+    Room,
     admission_decision,
     admission_record,
     ceiling_total,
@@ -193,13 +194,16 @@ class EngineCore:
 
     def room_locked(self, system: str) -> float:
         """What an attempt of `system` just admitted may spend inside itself (its allowance; docs/run.md,
-        "Budgets inside an attempt"): the system's cap less its spend and the reserves its other attempts under
-        way hold, or the ceiling less the total and every other attempt's reserve, whichever is smaller (>= 0)."""
+        "Budgets inside an attempt"): the smaller of `rooms_locked`'s two, >= 0."""
+        return self.rooms_locked(system).usd
+
+    def rooms_locked(self, system: str) -> Room:
+        """An attempt of `system` under way: the system's cap less its spend and the reserves its other attempts
+        under way hold, and the ceiling less the total and every other attempt's reserve."""
         others = self.under_way[system] - 1
         everyone = sum(self.under_way.values()) - 1
-        cap_room = sum_costs([self.caps[system], -self.spend[system], -self.reserve * others])
-        ceiling_room = sum_costs([self.ceiling, -self.total(), -self.reserve * everyone])
-        return max(0.0, min(cap_room, ceiling_room))
+        return Room(cap=sum_costs([self.caps[system], -self.spend[system], -self.reserve * others]),
+                    ceiling=sum_costs([self.ceiling, -self.total(), -self.reserve * everyone]))
 
     def _admit_locked(self, system: str, item: str, lane: int, attempt: tuple[str, int, int]) -> bool:
         """Admit one attempt (run_id, rerun, attempt) under the lock: the decision is logged, and an admitted

@@ -25,6 +25,7 @@ from harness.run.remote import NodeLost
 from harness.run.rules import (
     BREAKER_CODE,
     BREAKER_FAILURES,
+    Room,
     booked_spend,
     classify,
     run_ended,
@@ -110,24 +111,23 @@ class Lanes(Finals):
         await self.writer.settle()  # the decision and the intent durable before acting on them
         return begun
 
-    def room_now(self, system: str) -> float:
-        """`room_locked` now, for an attempt of `system` under way (its allowance when it gets its turn)."""
+    def room_now(self, system: str) -> Room:
+        """`rooms_locked` now, for an attempt of `system` under way (its allowance when it gets its turn)."""
         with self.lock:
-            return self.room_locked(system)
+            return self.rooms_locked(system)
 
-    def escalation_room(self, system: str, spent: float) -> float:
+    def escalation_room(self, system: str, spent: float) -> Room:
         """What a live cascade's later step on `system` may spend inside its attempt (docs/run.md, "Cascade
         arms"): `system`'s cap less its spend and the reserve of each of its attempts under way (the asking
-        attempt is under its first system), or the ceiling less the total, the earlier steps' `spent` (not yet
-        recorded) and every other attempt's reserve, whichever is smaller (>= 0); 0 when `system` is halted. The
-        ray engine asks it when the order is made, `spent` the earlier steps' whole allowances (docs/ray.md)."""
+        attempt is under its first system), and the ceiling less the total, the earlier steps' `spent` (not
+        yet recorded) and every other attempt's reserve; nothing when `system` is halted. The ray engine asks
+        it when the order is made, `spent` the earlier steps' whole allowances (docs/ray.md)."""
         with self.lock:
             if self.halted(system) or system not in self.spend:
-                return 0.0
+                return Room(0.0, 0.0)
             everyone = sum(self.under_way.values()) - 1
-            cap_room = sum_costs([self.caps[system], -self.spend[system], -self.reserve * self.under_way[system]])
-            ceiling_room = sum_costs([self.ceiling, -self.total(), -spent, -self.reserve * everyone])
-            return max(0.0, min(cap_room, ceiling_room))
+            return Room(cap=sum_costs([self.caps[system], -self.spend[system], -self.reserve * self.under_way[system]]),
+                        ceiling=sum_costs([self.ceiling, -self.total(), -spent, -self.reserve * everyone]))
 
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any], *, node: str | None = None) -> None:
         """Append a kind's attempt record (its `ended` stamped now; `node`: the ray engine's node that did its

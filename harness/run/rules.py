@@ -8,15 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from harness.evidence.money import sum_costs
 from harness.records.admission import Admission, CeilingState
 from harness.run.resume import ERROR_CLASSES, TRANSPORT_CODES
 
 __all__ = [
-    "BREAKER_CODE", "BREAKER_FAILURES", "INCONCLUSIVE_ITEMS_LIMIT", "AdmissionInputs", "action_for", "admission_decision", "admission_record",
-    "booked_spend", "ceiling_total", "classify", "cost_for_spend", "exhausted", "run_ended", "unreachable",
+    "BREAKER_CODE",
+    "BREAKER_FAILURES",
+    "INCONCLUSIVE_ITEMS_LIMIT",
+    "AdmissionInputs",
+    "Room",
+    "action_for",
+    "admission_decision",
+    "admission_record",
+    "booked_spend",
+    "ceiling_total",
+    "classify",
+    "cost_for_spend",
+    "exhausted",
+    "run_ended",
+    "unreachable",
 ]
 
 INCONCLUSIVE_ITEMS_LIMIT: Final = 5
@@ -124,6 +137,19 @@ def admission_record(inputs: AdmissionInputs, at: float,
         ceiling=CeilingState(inputs.total_usd, inputs.ceiling_usd, inputs.crossed),
         decision=decision, reason=reason, at=at, run_id=run_id, rerun=rerun, attempt=number,
     )
+
+
+class Room(NamedTuple):
+    """What an attempt of a system may spend inside itself, under each limit (docs/run.md, "Budgets inside an
+    attempt"): the system's cap, and the run's ceiling, each less what is already spent or held."""
+
+    cap: float
+    ceiling: float
+
+    @property
+    def usd(self) -> float:
+        """The smaller of the two, never below 0."""
+        return max(0.0, min(self.cap, self.ceiling))
 
 
 def cost_for_spend(cost_usd: Any, reserve_usd: float) -> float:

@@ -17,6 +17,7 @@ from harness.records.plan import PlanCell
 from harness.run.kinds import KINDS, kind_for
 from harness.run.kinds.completion import CompletionKind
 from harness.run.kinds.repo_task import RepoTaskKind, WorkOrder, carry_out, tree_diff, work_folder
+from harness.run.rules import Room
 from tests.support.paths import HUMANEVAL, REPO
 
 TASKS_SUITE = REPO / "evals" / "tasks-suite"
@@ -159,8 +160,8 @@ def _two_attempts(lanes: int, systems: int, together: bool) -> tuple[list[float]
         async def begin_attempt(self, r: Any, rerun: int, number: int, lane: int) -> tuple[float, float]:
             return 0.0, cap - reserve  # the room at admission: the other attempt holds its reserve
 
-        def room_now(self, system: str) -> float:
-            return cap - sum(spent) - reserve * (1 - len(spent))
+        def room_now(self, system: str) -> Room:
+            return Room(cap=cap - sum(spent) - reserve * (1 - len(spent)), ceiling=1e9)
 
         async def end_attempt(self, r: Any, lane: int, record: dict[str, Any]) -> None:
             spent.append(record["cost_usd"])
@@ -238,9 +239,9 @@ def test_a_node_s_cascade_order_fixes_each_later_allowance_at_the_worst_case(tmp
         s = SimpleNamespace(design=SimpleNamespace(budgets=SimpleNamespace(reserve_per_item_usd=0.1)),
                             systems=("a",), models={"a": model, "b": model, "c": model})
 
-        def escalation_room(self, system: str, spent: float) -> float:
+        def escalation_room(self, system: str, spent: float) -> Room:
             asked.append((system, spent))
-            return {"b": 0.5, "c": 2.0}[system]
+            return Room(cap={"b": 0.5, "c": 2.0}[system], ceiling=1e9)
 
     kind = RepoTaskKind(str(TASKS_SUITE))
     kind._pricing = pricing = load_pricing(str(BUNDLED_PRICING))
@@ -254,6 +255,36 @@ def test_a_node_s_cascade_order_fixes_each_later_allowance_at_the_worst_case(tmp
     fixed = kind.fixed_escalations(Host(), order, key)  # type: ignore[arg-type]
     assert asked == [("b", pytest.approx(0.3)), ("c", pytest.approx(0.8))]  # worst case: each earlier limit spent
     assert fixed.escalate is None and [a.limit_usd for a in fixed.escalations] == pytest.approx([0.5, 2.0])
-    assert kind._claims[key] == pytest.approx(2.8)
+    assert kind._claims[key] == [("b", pytest.approx(0.5)), ("c", pytest.approx(2.0))]  # held beside the first
     single = dataclasses.replace(order, cascade=())
     assert kind.fixed_escalations(Host(), single, key).escalations == ()  # type: ignore[arg-type]
+
+
+def test_what_another_system_s_attempt_holds_counts_against_the_ceiling_not_this_system_s_cap() -> None:
+    """Three systems with a cap each and a wide ceiling: a cheap attempt (a cascade escalated to strong) holding
+    much of its allowance never shrinks middle's room under middle's cap; strong's part does shrink strong's,
+    and every part shrinks the ceiling's (the agents demo's strong lane was starved to $0 by the others' holds)."""
+    from types import SimpleNamespace
+
+    reserve = 0.05
+
+    class Host:
+        rules = SimpleNamespace(lanes_per_system=1)
+        s = SimpleNamespace(design=SimpleNamespace(budgets=SimpleNamespace(reserve_per_item_usd=reserve)),
+                            systems=("cheap", "middle", "strong"))
+
+        def __init__(self, ceiling: float) -> None:
+            self.ceiling = ceiling
+
+        def room_now(self, system: str) -> Room:
+            return Room(cap=1.0, ceiling=self.ceiling)
+
+    kind = RepoTaskKind(str(TASKS_SUITE))
+    kind._claims[("r-cascade", 0, 1)] = [("cheap", 0.6), ("strong", 0.9)]  # a cascade under way, escalated
+    wide = Host(ceiling=100.0)
+    assert kind.claim(wide, "middle", ("r-middle", 0, 1)) == pytest.approx(1.0 / 3)  # its cap's share, untouched
+    kind._claims.pop(("r-middle", 0, 1))
+    assert kind.claim(wide, "strong", ("r-strong", 0, 1)) == pytest.approx(max(reserve, (1.0 - 0.9) / 3))
+    kind._claims.pop(("r-strong", 0, 1))
+    tight = Host(ceiling=1.0)  # every part held counts against the ceiling: 0.55 beyond the reserve, and 0.9
+    assert kind.claim(tight, "middle", ("r-middle", 0, 1)) == pytest.approx(0.0)

@@ -17,6 +17,7 @@ from harness.run.setup import StageSetup
 
 if TYPE_CHECKING:
     from harness.evals.verify_pool import VerifierPool
+    from harness.run.rules import Room
 
 __all__ = ["KindHost", "RemoteWork", "SuiteKind", "VerifyHost"]
 
@@ -59,9 +60,9 @@ class KindHost(VerifyHost, Protocol):
 
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any], *, node: str | None = None) -> None: ...
 
-    def room_now(self, system: str) -> float: ...
+    def room_now(self, system: str) -> Room: ...
 
-    def escalation_room(self, system: str, spent: float) -> float: ...
+    def escalation_room(self, system: str, spent: float) -> Room: ...
 
 
 class SuiteKind(ABC):

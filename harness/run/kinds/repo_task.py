@@ -62,6 +62,7 @@ from harness.workers.arm import ArmWorker
 
 if TYPE_CHECKING:
     from harness.evals.verify_pool import VerifierPool
+    from harness.run.rules import Room
 
 __all__ = ["CascadeSystem", "RepoTaskKind", "WorkOrder", "carry_out", "checkout", "evidence_packet", "keep_work",
            "node_work", "perform", "perform_on_node", "repair_section", "tree_diff", "work_folder"]
@@ -481,7 +482,8 @@ class RepoTaskKind(SuiteKind):
         self.root = os.path.dirname(os.path.dirname(os.path.abspath(suite_dir)))  # task paths are relative to it
         self._packet: Packet | None = None
         self._pricing: PricingTable | None = None
-        self._claims: dict[tuple[str, int, int], float] = {}
+        # each attempt under way: what it may spend, by system, in step order (the first part holds the reserve)
+        self._claims: dict[tuple[str, int, int], list[tuple[str, float]]] = {}
         """The allowances of this kind's attempts under way (`claim`)."""
 
     def allowance(self, host: KindHost, system: str, room_usd: float) -> Allowance:
@@ -497,19 +499,27 @@ class RepoTaskKind(SuiteKind):
     def claim(self, host: KindHost, system: str, key: tuple[str, int, int]) -> float:
         """The allowance of an attempt about to start, held until its record is written (docs/run.md, "Budgets
         inside an attempt"): the room (`room_now`, which counts every other attempt under way at the reserve)
-        less what the other attempts running hold above the reserve, shared among the run's lanes
-        (`lanes_per_system` x systems) but never below the reserve: the attempts running at once never take a
-        system over its cap or the run over the ceiling. With one lane and one system it is the whole room."""
-        return self._share(host, key, host.room_now(system))
+        less what the other attempts running hold beyond it, shared among the run's lanes (`lanes_per_system`
+        x systems) but never below the reserve: the attempts running at once never take a system over its cap
+        or the run over the ceiling. With one lane and one system it is the whole room."""
+        self._claims.pop(key, None)
+        return self._share(host, key, system, host.room_now(system))
 
-    def _share(self, host: KindHost, key: tuple[str, int, int], room_usd: float) -> float:
-        """`claim`'s rule on a room: less what the other attempts running hold above the reserve, shared among
-        the lanes, never below the reserve; held as `key`'s claim."""
+    def _share(self, host: KindHost, key: tuple[str, int, int], system: str, room: Room) -> float:
+        """`claim`'s rule on a room, for `key`'s next part on `system` (held as that part): less what the other
+        attempts' parts hold beyond the reserve their first part holds in `room`, against `system`'s cap the
+        parts on `system` and against the ceiling every part (this attempt's earlier steps are in `room`, as the
+        cascade's `spent`); shared among the lanes, never below the reserve."""
         reserve = host.s.design.budgets.reserve_per_item_usd
-        above = sum_costs([max(0.0, c - reserve) for k, c in list(self._claims.items()) if k != key])
-        room = max(0.0, sum_costs([room_usd, -above]))
-        share = room / max(1, host.rules.lanes_per_system * len(host.s.systems))
-        self._claims[key] = claim = min(room, max(reserve, share))
+        mine = self._claims.get(key, [])
+        held = [(s, max(0.0, c - reserve) if n == 0 else c)  # a later part holds no reserve: all of it counts
+                for k, parts in list(self._claims.items()) if k != key for n, (s, c) in enumerate(parts)]
+        free = min(sum_costs([room.cap, *(-c for s, c in held if s == system)]),
+                   sum_costs([room.ceiling, *(-c for _, c in held)]))
+        free = max(0.0, free)
+        share = free / max(1, host.rules.lanes_per_system * len(host.s.systems))
+        claim = min(free, max(reserve, share))
+        self._claims[key] = [*mine, (system, claim)]
         return claim
 
     def packet(self, host: KindHost) -> Packet:
@@ -573,7 +583,7 @@ class RepoTaskKind(SuiteKind):
             return {"cascade": systems, "targeted_repair": arm.targeted_repair}
 
         def escalate(system: str, spent: float) -> Allowance:
-            return self.allowance(host, system, self._share(host, key, host.escalation_room(system, spent)))
+            return self.allowance(host, system, self._share(host, key, system, host.escalation_room(system, spent)))
 
         return {"cascade": systems, "escalate": escalate, "targeted_repair": arm.targeted_repair}
 
@@ -581,8 +591,8 @@ class RepoTaskKind(SuiteKind):
         """The order for a node, which cannot ask the driver between a cascade's steps (docs/ray.md, "Cascade
         arms on a cluster"): no callback; each later system's allowance fixed now, its room
         (`escalation_room`) with the earlier steps taken to spend their whole allowance (`spent` = the sum of
-        their limits), shared as `claim` shares a room; the attempt's claim is the sum of its allowances, what
-        it may spend in all. No allowance (no limit inside the attempt): none fixed, as the callback gives none."""
+        their limits), shared as `claim` shares a room, each held as a part of the attempt's claim on its system
+        (together what it may spend in all). No allowance (no limit inside the attempt): none fixed, as the callback gives none."""
         order = dataclasses.replace(order, escalate=None)
         if not order.cascade or order.allowance is None:
             return order
@@ -590,9 +600,8 @@ class RepoTaskKind(SuiteKind):
         fixed: list[Allowance] = []
         for system in order.cascade[1:]:
             room = host.escalation_room(system.system, sum_costs(limits))
-            fixed.append(self.allowance(host, system.system, self._share(host, key, room)))
+            fixed.append(self.allowance(host, system.system, self._share(host, key, system.system, room)))
             limits.append(fixed[-1].limit_usd)
-        self._claims[key] = sum_costs(limits)
         return dataclasses.replace(order, escalations=tuple(fixed))
 
     def preflight(self, verifiers: VerifierPool | None = None) -> list[tuple[str, str]]:
