@@ -391,12 +391,13 @@ def test_the_mutant_suite_runs_through_the_same_kind(tmp_path: Path) -> None:
 def test_a_node_s_result_is_checked_and_metered_by_the_driver(tmp_path: Path, sim_server: SimServer) -> None:
     """The ray engine's driver side of a repository-task attempt (`node_work`), on a real attempt's record and
     files: the spend is the driver's metering of the wire bytes (never the node's figure), and a result for
-    another attempt, with a file outside a work folder or with a verdict its receipt contradicts is a
+    another attempt, with a file outside a work folder, with a verdict its receipt contradicts or without the
+    cascade the order named is a
     `harness_error` that still costs what was metered."""
     import dataclasses
 
     from harness.run.attempts import read_plan
-    from harness.run.kinds.repo_task import WorkOrder, node_work
+    from harness.run.kinds.repo_task import CascadeSystem, WorkOrder, node_work
 
     url = sim_server(systems=sim_systems(tmp_path / "systems.json", {"sim-flash": 1.0, "sim-k3": 1.0}), seed=5)
     prereg = repo_prereg(tmp_path, items=1)
@@ -422,8 +423,11 @@ def test_a_node_s_result_is_checked_and_metered_by_the_driver(tmp_path: Path, si
     for bad, given, why in (({**attempt, "attempt": attempt["attempt"] + 1}, files, "names attempt"),
                      (attempt, {**files, "../escape": b"x"}, "not a work folder's"),
                      ({**attempt, "work": {**attempt["work"], "passed": not attempt["work"]["passed"]}}, files,
-                      "verdict is not its receipt's")):
-        record = node_work(dataclasses.replace(order, stage_folder=str(tmp_path / why[:5])), dict(bad), given, "n1")
+                      "verdict is not its receipt's"),
+                     (attempt, files, "cascade is not the order's")):  # ordered as a cascade, came back as one step
+        asked = order if why != "cascade is not the order's" else dataclasses.replace(order, cascade=(
+            CascadeSystem(cell.system, cell.model, url, price), CascadeSystem("strong", "sim-k3", url, price)))
+        record = node_work(dataclasses.replace(asked, stage_folder=str(tmp_path / why[:5])), dict(bad), given, "n1")
         assert record["outcome"] == "error" and record["error_code"] == "harness_error", record
         assert why in record["error_message"] and "node n1" in record["error_message"]
         assert record["cost_usd"] == attempt["cost_usd"] > 0 and record["work"]["files"] == {}
