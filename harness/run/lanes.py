@@ -125,9 +125,8 @@ class Lanes(Finals):
         with self.lock:
             if self.halted(system) or system not in self.spend:
                 return Room(0.0, 0.0)
-            everyone = sum(self.under_way.values()) - 1
-            return Room(cap=sum_costs([self.caps[system], -self.spend[system], -self.reserve * self.under_way[system]]),
-                        ceiling=sum_costs([self.ceiling, -self.total(), -spent, -self.reserve * everyone]))
+            room = self.rooms_locked(system)  # as for an attempt of `system`: this one holds no reserve of it
+            return Room(cap=sum_costs([room.cap, -self.reserve]), ceiling=sum_costs([room.ceiling, -spent]))
 
     async def end_attempt(self, r: PlanCell, lane: int, record: dict[str, Any], *, node: str | None = None) -> None:
         """Append a kind's attempt record (its `ended` stamped now; `node`: the ray engine's node that did its
