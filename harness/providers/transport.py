@@ -12,7 +12,7 @@ import select
 import ssl
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Final
 
@@ -56,18 +56,19 @@ def _headers(request: ProviderRequest, credential: str | None) -> httpx.Headers:
 
 
 def _received(
-    request: ProviderRequest, response: httpx.Response, raw: bytes, started: float, ended: float, secret: str | None
+    request: ProviderRequest, status: int, http_version: str, response_headers: httpx.Headers, raw: bytes,
+    started: float, ended: float, secret: str | None,
 ) -> Exchange:
-    """The Exchange for a response that arrived, scrubbed of the credential."""
-    meta: dict[str, Any] = {"http_version": response.http_version}
+    """The Exchange for a response that arrived (`raw`: its body, decoded), scrubbed of the credential."""
+    meta: dict[str, Any] = {"http_version": http_version}
     raw, redacted = redact_raw(raw, secret)
     if redacted:
         meta["credential_redacted"] = True
-    headers = {str(scrub(k, secret)): str(scrub(v, secret)) for k, v in response.headers.items()}
-    parsed = adapter_for(request.api_shape).parse_response(response.status_code, headers, raw)
+    headers = {str(scrub(k, secret)): str(scrub(v, secret)) for k, v in response_headers.items()}
+    parsed = adapter_for(request.api_shape).parse_response(status, headers, raw)
     return Exchange(
         request=request,
-        status=response.status_code,
+        status=status,
         raw_response=raw,
         response_sha256=sha256_hex(raw),
         response_headers=headers,
@@ -193,8 +194,8 @@ class _AsyncConnection:
                 self._h11.receive_data(data)
         return event
 
-    async def send(self, url: httpx.URL, head: h11.Request, body: bytes, timeout: float) -> httpx.Response:
-        """Send `head` and `body` to `url`; the response comes back once its head has, and its body streams."""
+    async def send(self, url: httpx.URL, head: h11.Request, body: bytes, timeout: float) -> h11.Response:
+        """Send `head` and `body` to `url`; the response's head (its body is read by `read_body`)."""
         reader, writer = await self._connect(url, timeout)
         with self._failing(httpx.WriteTimeout, httpx.WriteError):
             writer.write(b"".join(self._h11.send(e) or b"" for e in (head, h11.Data(data=body), h11.EndOfMessage())))
@@ -207,32 +208,33 @@ class _AsyncConnection:
         if not isinstance(event, h11.Response):
             self.close()
             raise httpx.RemoteProtocolError(f"expected a response, got {type(event).__name__}")
-        version = {"http_version": b"HTTP/" + event.http_version}
-        stream = _Body(self._body(reader, timeout))
-        return httpx.Response(event.status_code, headers=event.headers.raw_items(), stream=stream, extensions=version)
+        return event
 
-    async def _body(self, reader: asyncio.StreamReader, timeout: float) -> AsyncGenerator[bytes, None]:
+    async def read_body(self, timeout: float) -> bytes:
+        """The response's whole body as it came (not decoded); the connection is then free for reuse, or closed."""
+        assert self._streams is not None
+        reader, chunks = self._streams[0], []
         try:
             while isinstance(event := await self._event(reader, timeout), h11.Data):
-                yield bytes(event.data)
+                chunks.append(event.data)
         finally:  # read to the end (else the connection cannot be reused)
             if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
                 self._h11.start_next_cycle()
                 self._idle_since = time.monotonic()
             else:
                 self.close()
+        return b"".join(chunks)
 
 
-class _Body(httpx.AsyncByteStream):
-    def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
-        self._chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._chunks:
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._chunks.aclose()
+def _decoded(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[httpx.Headers, bytes]:
+    """The response's headers and its body decoded as httpx decodes it: by its Content-Encoding (none,
+    `identity`, or what httpx supports; a mangled body raises httpx.DecodingError)."""
+    parsed = httpx.Headers(headers)
+    encoding = parsed.get("content-encoding")
+    if encoding is None or encoding.strip().lower() in ("", "identity"):
+        return parsed, body
+    response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
+    return response.headers, response.read()
 
 
 class _AsyncPool:
@@ -347,7 +349,8 @@ class Transport:
                 response.close()
         except _NETWORK_ERRORS as exc:
             return _failed(request, exc, clock.started, clock.ended(), status_seen, credential)
-        return _received(request, response, raw, clock.started, clock.ended(), credential)
+        return _received(request, response.status_code, response.http_version, response.headers, raw, clock.started,
+                         clock.ended(), credential)
 
     async def asend(self, request: ProviderRequest, credential: str | None) -> Exchange:
         """`send` for asyncio: same request bytes, same Exchange."""
@@ -364,17 +367,16 @@ class Transport:
             connection = await pool.take(self.timeout_s, tls)
             try:
                 url, head = self._head(request, credential)
-                response = await connection.send(url, head, request.body, self.timeout_s)
-                status_seen = response.status_code
-                try:
-                    raw = await response.aread()
-                finally:
-                    await response.aclose()
+                answer = await connection.send(url, head, request.body, self.timeout_s)
+                status_seen = answer.status_code
+                body = await connection.read_body(self.timeout_s)
             finally:
                 pool.give(connection)
+            headers, raw = _decoded(answer.status_code, answer.headers.raw_items(), body)
         except _NETWORK_ERRORS as exc:
             return _failed(request, exc, clock.started, clock.ended(), status_seen, credential)
-        return _received(request, response, raw, clock.started, clock.ended(), credential)
+        version = "HTTP/" + answer.http_version.decode("ascii")
+        return _received(request, answer.status_code, version, headers, raw, clock.started, clock.ended(), credential)
 
     def close(self) -> None:
         """Close the sync connections (a later `send` opens new ones)."""
