@@ -124,6 +124,7 @@ class EngineCore:
         self._prompts: dict[str, str] | None = None
         self._made_folders: set[str] = set()
         self._requests: dict[str, ProviderRequest] = {}  # each cell's request, built at its first attempt
+        self._request_templates: dict[tuple[str, str, str], ProviderRequest] = {}  # by system, arm and setting
         self.transport: Transport | None = None
         self.remote: RayEngine | None = None  # the ray engine (docs/ray.md); None: attempts run here
         self.sent_from: dict[tuple[str, int, int], str] = {}  # the node each remote attempt was sent from

@@ -82,12 +82,19 @@ class Lanes(Finals):
         return built
 
     def _build_request(self, r: PlanCell) -> ProviderRequest:
-        settings = GenerationSettings(
-            max_output_tokens=self.rules.max_output_tokens, temperature=self.s.design.arm(r.arm).temperature,
-            reasoning_effort=None if r.setting == "default" else r.setting,
-        )
-        built = adapter_for(r.api_shape).build_request(r.api_model, r.prompt, settings, self.s.base_urls[r.system])
-        return dataclasses.replace(built, body=r.body, body_sha256=r.request_sha256)  # the plan's exact bytes
+        """The adapter's request for the cell's system and arm, with the plan's exact body bytes. The URL and
+        headers an adapter makes do not depend on the prompt, so the adapter builds them once per system and
+        arm (its checks of the model and settings included) and each cell takes them with its own body."""
+        key = (r.system, r.arm, r.setting)
+        made = self._request_templates.get(key)
+        if made is None:
+            settings = GenerationSettings(
+                max_output_tokens=self.rules.max_output_tokens, temperature=self.s.design.arm(r.arm).temperature,
+                reasoning_effort=None if r.setting == "default" else r.setting,
+            )
+            made = adapter_for(r.api_shape).build_request(r.api_model, r.prompt, settings, self.s.base_urls[r.system])
+            self._request_templates[key] = made
+        return dataclasses.replace(made, body=r.body, body_sha256=r.request_sha256)  # the plan's exact bytes
 
     def _meter(self, exchange: Exchange, system: str) -> Cost:
         return meter(exchange.parsed.usage, self.s.prices[system])
