@@ -24,7 +24,7 @@ from harness.evidence.jsonio import sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.prereg.folder import GO_NAME
 from harness.prereg.go import go_problem
-from harness.records.provenance import current_provenance
+from harness.records.provenance import Provenance, provenance_soon
 from harness.run.ledger import CellState, Ledger
 from harness.run.remote import ENGINES, open_engine
 from harness.run.rules import exhausted
@@ -173,6 +173,8 @@ def run_stage(
         return run_preflight(prereg_dir, stage, results_dir, base_urls=base_urls, verifiers=verifiers)
     if engine not in ENGINES or (engine == "local" and address is not None):
         open_engine(engine, address)  # refuses (engine_invalid)
+    # a run's provenance (two git commands, ~30 ms) is found while the stage is set up and its folder read
+    provenance = None if dry_run else provenance_soon()
     setup = setup_stage(prereg_dir, stage, results_dir, base_urls)
     d = setup.design
     if not dry_run:
@@ -197,7 +199,8 @@ def run_stage(
         if verifiers is not None and remote is None:
             run.pool, run.given_pool = verifiers, True
         try:
-            summary = _invoke(run, setup, ledger, resume_paused, interrupts)
+            assert provenance is not None
+            summary = _invoke(run, setup, ledger, resume_paused, interrupts, provenance)
         except BaseException:
             with contextlib.suppress(Refusal):  # the first error is the one to report
                 run.writer.close()
@@ -210,7 +213,7 @@ def run_stage(
 
 
 def _invoke(engine: _Engine, setup: StageSetup, ledger: Ledger, resume_paused: bool,
-            interrupts: Interrupts | None) -> RunSummary:
+            interrupts: Interrupts | None, provenance: Callable[[], Provenance]) -> RunSummary:
     """One invocation under the folder's lock: recover, start, the loop, the end and its anchor."""
     d, stage = setup.design, setup.stage
     with deferred_signals(engine):
@@ -219,7 +222,7 @@ def _invoke(engine: _Engine, setup: StageSetup, ledger: Ledger, resume_paused: b
                      plan_sha256=sha256_hex(setup.plan_bytes), ceiling_usd=engine.ceiling,
                      spend_before_usd=d.budgets.spend_before_usd, reruns=d.run.reruns,
                      transport_retries=d.run.transport_retries,
-                     provenance=current_provenance().to_json(),
+                     provenance=provenance().to_json(),
                      systems=[{"slot": s, "cap_usd": d.system(s).cap_usd, "lanes": d.run.lanes_per_system}
                               for s in setup.systems],
                      **({} if engine.remote is None else {"engine": engine.remote.record()}))

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from harness.evidence.checkout import UNKNOWN, checkout_of, package_checkout
+from harness.records import provenance
+from harness.records.provenance import current_provenance, provenance_soon
 
 
 def _git(root: Path, *args: str) -> str:
@@ -33,3 +37,19 @@ def test_the_commit_and_whether_tracked_files_outside_results_changed(tmp_path: 
 def test_the_package_checkout_is_this_repository() -> None:
     commit, dirty = package_checkout()
     assert commit == UNKNOWN or (len(commit) == 40 and dirty in (True, False))
+
+
+def test_provenance_found_on_a_thread_is_the_provenance_found_now() -> None:
+    soon = provenance_soon()
+    assert soon() == current_provenance()
+    assert soon() == current_provenance()  # the answer is kept: a second call does not wait again
+
+
+def test_provenance_found_on_a_thread_raises_what_the_thread_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> tuple[str, bool | None]:
+        raise OSError("no git here")
+
+    monkeypatch.setattr(provenance, "package_checkout", broken)
+    soon = provenance_soon()
+    with pytest.raises(OSError, match="no git here"):
+        soon()
