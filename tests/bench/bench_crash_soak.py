@@ -4,7 +4,7 @@ Run: .venv/bin/python -m pytest -q -p no:xdist -o python_files='bench_*.py' test
 
 The same soak as tests/e2e/test_run_crash_proxy.py (tests/support/crash.py), longer:
 55 SIGKILLs of `proctor run` at random moments among its requests (after each
-invocation's `start`), a resume each time, then one invocation to the end, over 48
+invocation's `start`), a resume each time, then one invocation to the end, over 128
 items per system. It asserts what the test asserts and prints the figures: kills,
 responses the proxy delivered and their cost (priced by the test), attempt records
 and intents resolved on resume (`runner_lost`), and spend recorded in the results.
@@ -21,7 +21,7 @@ from tests.support.study import Sim
 
 
 def test_bench_crash_soak_55_kills(tmp_path: Path, sim: Sim) -> None:
-    figures = soak(tmp_path, sim, kills=55, seed=55, items=48, caps=(1.0, 0.06))
+    figures = soak(tmp_path, sim, kills=55, seed=55, items=128, caps=(1.0, 0.06))
     print(json.dumps(figures.to_json(), sort_keys=True, indent=1))
     assert figures.kills >= 45 and figures.missing == 0
     assert figures.recorded_usd >= figures.delivered_usd
