@@ -125,6 +125,8 @@ class EngineCore:
         self._made_folders: set[str] = set()
         self._requests: dict[str, ProviderRequest] = {}  # each cell's request, built at its first attempt
         self._request_templates: dict[tuple[str, str, str], ProviderRequest] = {}  # by system, arm and setting
+        # a delivered attempt's writer ticket, by cell, until its receipt is staged after it (`Finals.verify`)
+        self.attempt_tickets: dict[str, int] = {}
         self.transport: Transport | None = None
         self.remote: RayEngine | None = None  # the ray engine (docs/ray.md); None: attempts run here
         self.sent_from: dict[tuple[str, int, int], str] = {}  # the node each remote attempt was sent from

@@ -110,6 +110,9 @@ class Finals(EngineCore):
                 private_sha256=self._private_sha256, clock=self.clock.now,
             )
         receipt.update(run_id=r.run_id, rerun=state.rerun, attempt_sha256=sha)
+        ticket = self.attempt_tickets.pop(r.run_id, None)
+        if ticket is not None:  # the check ran while its attempt was made durable: the receipt comes after it
+            self.writer.wait(ticket)
         name = receipt_name(r.run_id, state.rerun)
         data = canonical_line(receipt)
         path = os.path.join(self.s.folder, name)
@@ -131,7 +134,9 @@ class Finals(EngineCore):
         return str(self._packet.get(item).prompt) if prompt is None else prompt  # else: the refusal
 
     async def finish_run(self, state: CellState) -> None:
-        """Write the final of a run that ended (verifying a delivered answer first)."""
+        """Stage the final of a run that ended (verifying a delivered answer first). The lane's next wait makes
+        it durable (its next admission, a rerun's archives, its end): nothing acts on it before then, and
+        its report waits for it (`report`)."""
         _, attempt, _ = state.current()[-1]
         receipt = None
         if attempt["outcome"] == "delivered":
@@ -144,4 +149,3 @@ class Finals(EngineCore):
                 self.stop(state.request.system, "harness", f"the verifier failed: {exc}")
                 return
         self.write_final(state, receipt)
-        await self.writer.settle()

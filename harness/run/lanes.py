@@ -185,6 +185,12 @@ class Lanes(Finals):
                 node = None if self.remote is None else self.sent_from.pop(key, None)
                 self._append_attempt_locked(r, record, lane, node=node)
                 self.under_way[r.system] -= 1
+                ticket = self.writer.staged
+            if record["outcome"] == "delivered":
+                # its check may start while the writer makes these lines durable: the receipt is staged only
+                # once they are (`Finals.verify`), and everything after it waits for the final
+                self.attempt_tickets[r.run_id] = ticket
+                return record
             await self.writer.settle()
             return record
         code = "budget_stop" if self.ceiling_event.is_set() else "AttemptDeadline"
@@ -259,6 +265,7 @@ class Lanes(Finals):
             await self.finish_run(state)
             return
         if state.finals and not state.current():
+            await self.writer.settle()  # the final before its byte copy and the run that replaces it
             self.ensure_archives(state)
         while True:
             record = await self.attempt(state, lane)
