@@ -188,7 +188,7 @@ class Lanes(Finals):
                 ticket = self.writer.staged
             if record["outcome"] == "delivered":
                 # its check may start while the writer makes these lines durable: the receipt is staged only
-                # once they are (`Finals.verify`), and everything after it waits for the final
+                # once they are (`Finals.verify`); the lane's next admission waits for the final after it
                 self.attempt_tickets[r.run_id] = ticket
                 return record
             await self.writer.settle()

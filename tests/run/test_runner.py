@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from harness.audit.oracle import run_problems
 from harness.errors import Refusal
+from harness.evidence.group import GroupWriter
 from harness.evidence.jsonio import canonical_bytes, sha256_hex
 from harness.evidence.lock import InvocationLock
 from harness.run.runner import run_stage
@@ -469,3 +471,48 @@ def test_a_preflight_and_the_run_after_it_check_on_the_same_warm_verifiers(tmp_p
         finals = logs(Path(summary.folder))["finals"]
         assert len(finals) == 12 and {f["system"] for f in finals if f["passed"]} == {"good"}
     assert not any(v.alive() for v in held)  # the caller's close stopped them
+
+
+def test_a_receipt_is_staged_only_once_its_attempt_is_durable_on_a_slow_disk(
+        tmp_path: Path, sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of a delivered answer runs while the writer makes its attempt durable (docs/run.md, durability);
+    its receipt is staged only after. Every fsync here takes 30 ms, far longer than a check, so a receipt staged
+    without waiting would find its attempt's line not yet durable."""
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.03)
+        real_fsync(fd)
+
+    made: list[GroupWriter] = []
+    init = GroupWriter.__init__
+
+    def slow_writer(self: GroupWriter, *, fsync: Any = None, name: str = "proctor-group") -> None:
+        init(self, fsync=slow_fsync, name=name)
+        made.append(self)
+
+    monkeypatch.setattr(GroupWriter, "__init__", slow_writer)
+    attempt_ticket: dict[str, int] = {}
+    seen: list[tuple[str, int, int]] = []
+    stage, stage_file = GroupWriter._stage, GroupWriter.stage_file
+
+    def staging(self: GroupWriter, log: Any, records: list[Any], barrier: bool) -> list[dict[str, Any]]:
+        out = stage(self, log, records, barrier)
+        if os.path.basename(str(log.path)) == "attempts.jsonl":
+            for record in records:
+                attempt_ticket[record["run_id"]] = self.staged
+        return out
+
+    def staging_file(self: GroupWriter, path: Any, data: bytes, *, mode: int = 0o600) -> int:
+        run_id = json.loads(data)["run_id"]
+        seen.append((run_id, attempt_ticket[run_id], self.durable))
+        return stage_file(self, path, data, mode=mode)
+
+    monkeypatch.setattr(GroupWriter, "_stage", staging)
+    monkeypatch.setattr(GroupWriter, "stage_file", staging_file)
+    url = sim([system("sim-flash", 1.0), system("sim-glm", 0.0)])
+    summary = run_stage(prereg(tmp_path, items=3), "A", tmp_path / "results", base_urls=urls(url))
+    assert summary.exit_code == 0 and summary.complete, summary.to_json()
+    assert made and len(seen) == 6
+    assert all(durable >= ticket for _, ticket, durable in seen), seen
+    assert run_problems(Path(summary.folder), prereg_dir=tmp_path / "prereg" / "rt") == []
