@@ -134,19 +134,28 @@ def test_a_real_run_scores_every_standing_final(name: str, copy: Callable[[str],
     assert human.returncode == 0 and "q_table" in human.stdout and "pass_rate" in human.stdout
 
 
-def test_a_flipped_byte_in_attempts_is_refused_through_the_cli(copy: Callable[[str], tuple[Path, Path]]) -> None:
+@pytest.mark.parametrize(("value", "line"), [(b"9.5", 2), (b"9.50", 1)], ids=["canonical", "not-canonical"])
+def test_an_edited_attempt_is_refused_through_the_cli(value: bytes, line: int,
+                                                      copy: Callable[[str], tuple[Path, Path]]) -> None:
+    # Line 1's latency replaced. Written canonically, the edit is seen where the next line's `prev` no longer names
+    # line 1's hash (line 2); written as the encoder never would (a trailing zero), it is seen on line 1 itself.
+    # (A single flipped digit lands in either case depending on the run's latency, so the edit is the whole value.)
     p, folder = copy("clean")
     path = folder / "attempts.jsonl"
     data = bytearray(path.read_bytes())
     i = data.index(b'"latency_s":') + len(b'"latency_s":')
-    data[i] = ord("9") if data[i] != ord("9") else ord("8")
+    j = data.index(b",", i)
+    assert data[i:j] != value.rstrip(b"0")
+    data[i:j] = value
     path.write_bytes(bytes(data))
     exc = refused(folder, p)
     assert "chain" in rules(exc) and run_problems(folder, prereg_dir=p)
-    assert any(q["file"] == str(path) and q["line"] == 1 for q in exc.details["problems"])
+    chain = [q for q in exc.details["problems"] if q["rule"] == "chain"]
+    assert chain[0]["file"] == str(path) and chain[0]["line"] == line
+    assert any(q["rule"] == "attempt_logged" and "attempts line 1 " in q["message"] for q in exc.details["problems"])
     out = cli(str(folder), "--prereg", str(p))
     assert out.returncode == 3 and "report_refused" in out.stderr and "Traceback" not in out.stderr
-    assert "attempts.jsonl:1" in out.stderr
+    assert f"attempts.jsonl:{line}" in out.stderr
     js = cli(str(folder), "--prereg", str(p), "--json")
     obj = json.loads(js.stdout)
     assert js.returncode == 3 and obj["refusal"] == "report_refused" and obj["problems"]
