@@ -513,7 +513,7 @@ def test_waiting_for_a_free_connection_times_out_as_data(echo: _EchoServer) -> N
 
 
 def test_aclose_and_close_close_every_connection(echo: _EchoServer) -> None:
-    echo.delay_s = 0.1
+    echo.delay_s = 0.5  # long enough that the 3 threads' requests overlap (3 connections) on a busy machine
     transport = Transport(timeout_s=10, max_connections=4)
 
     async def go() -> None:
@@ -532,7 +532,7 @@ def test_aclose_and_close_close_every_connection(echo: _EchoServer) -> None:
 
 
 def test_waiting_asends_are_served_in_arrival_order(echo: _EchoServer) -> None:
-    echo.delay_s = 0.1
+    echo.delay_s = 0.5  # b and c queue while a1 is held, even when the loop stalls for a while
 
     async def go() -> None:
         async with Transport(timeout_s=10, max_connections=1) as transport:

@@ -403,16 +403,17 @@ def test_planted_timeout_outlasts_the_client(tmp_path: Path, start_sim: Callable
         sim.chat(client, "stuck", "hi")
     started = time.monotonic()
     sim.proc.send_signal(signal.SIGTERM)  # a request still asleep in the server does not hold it up
-    _, err = sim.proc.communicate(timeout=5)
-    assert (sim.proc.returncode, time.monotonic() - started < 1.0) == (0, True), err
+    _, err = sim.proc.communicate(timeout=10)
+    # well before the stuck request's 30 s sleep ends (a bound for a loaded machine, not a timing claim)
+    assert (sim.proc.returncode, time.monotonic() - started < 5.0) == (0, True), err
 
 
 def test_sigterm_stops_the_server_promptly(start_sim: Callable[..., Sim]) -> None:
     sim = start_sim("--json")
     started = time.monotonic()
     sim.proc.send_signal(signal.SIGTERM)
-    out, err = sim.proc.communicate(timeout=5)
-    assert time.monotonic() - started < 1.0
+    out, err = sim.proc.communicate(timeout=10)
+    assert time.monotonic() - started < 5.0  # no request or poll holds it (a bound for a loaded machine)
     assert sim.proc.returncode == 0, err
     assert "Traceback" not in err
     lines = out.strip().splitlines()
