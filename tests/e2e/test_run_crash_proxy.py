@@ -16,7 +16,6 @@ The 55-kill soak is tests/bench/bench_crash_soak.py.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from tests.support.crash import soak
@@ -24,10 +23,8 @@ from tests.support.study import Sim
 
 
 def test_kill_9_many_times_behind_a_counting_proxy_loses_no_delivered_spend(tmp_path: Path, sim: Sim) -> None:
-    t0 = time.monotonic()
     figures = soak(tmp_path, sim, kills=15, seed=20261201)
     print(json.dumps(figures.to_json(), sort_keys=True))
     assert figures.kills >= 12, figures
     assert figures.delivered > 0 and figures.missing == 0
     assert figures.recorded_usd >= figures.delivered_usd
-    assert time.monotonic() - t0 < 120

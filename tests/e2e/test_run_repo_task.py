@@ -157,6 +157,7 @@ def test_kill_9_while_a_worker_runs_resumes_without_loss(tmp_path: Path, sim_ser
                             start_new_session=True)
     wait_in_flight(folder, proc)
     time.sleep(1.0)  # into the attempt's set-up or its worker (an attempt here takes seconds)
+    wait_in_flight(folder, proc)  # at once if one still is; else until the next one starts
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     before = _logs(folder)
@@ -238,7 +239,9 @@ def _soak(prereg: Path, scratch: Path, url: str) -> None:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
         wait_in_flight(folder, proc, intents=1 + sum(1 for e in _logs(folder)["run"] if e["event"] == "intent"))
-        time.sleep(rng.uniform(0.0, 3.0))  # an attempt here takes a second or two: over set-up, worker, verify
+        # within an attempt's first 1.5 s (one takes a second or two: set-up, worker, verify), so that the stage
+        # does not end before the rounds have killed it three times
+        time.sleep(rng.uniform(0.0, 1.5))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
